@@ -1,0 +1,614 @@
+"""
+Qwen3, written from scratch in plain PyTorch, plus Hugging Face checkpoint and tokenizer I/O.
+
+Architecture (Qwen3 technical report, 2025; the dense models):
+    tokens -> embedding -> N x [RMSNorm -> grouped-query attention (per-head q/k RMSNorm, RoPE)
+    -> residual -> RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> LM head (tied to the embedding for
+    the small models) -> logits.
+
+Module names equal the Hugging Face checkpoint keys (`model.layers.0.self_attn.q_proj.weight`, ...), so
+loading a checkpoint is a strict `load_state_dict`, and saving writes files `transformers` loads.
+
+One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
+`KVCache` that owns the positions, with per-row left padding for ragged batches).
+"""
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+REPO_DIR = Path(__file__).resolve().parent
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B-Base"
+TINY_MODEL_DIR = REPO_DIR / "tiny_model"  # the embedded tiny world's checkpoint (`--model tiny`)
+QWEN3_TOKENIZER = REPO_DIR / "data" / "qwen3-tokenizer" / "tokenizer.json"
+
+# -----------------------------------------------------------------------------
+# Config: field names are the Hugging Face config.json names.
+
+
+@dataclass
+class Qwen3Config:
+    vocab_size: int = 151936
+    hidden_size: int = 1024
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    max_position_embeddings: int = 32768
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    bos_token_id: int | None = 151643
+    eos_token_id: int | None = 151643
+    torch_dtype: str = "bfloat16"  # the dtype the weights are stored in
+
+    @classmethod
+    def from_dict(cls, d, source="config.json"):
+        """Build from a config.json dict, in either the transformers 4 or the transformers 5 layout."""
+        arch = d.get("architectures") or []
+        if d.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in arch:
+            raise ValueError(f"{source}: unknown architecture (model_type={d.get('model_type')!r}, "
+                             f"architectures={arch}); only dense Qwen3 (model_type 'qwen3') is implemented")
+        rope = d.get("rope_parameters") or {}  # transformers 5 nests rope settings here
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if d.get("rope_scaling") or rope_type not in ("default", None):
+            raise ValueError(f"{source}: rope scaling ({d.get('rope_scaling') or rope}) is not implemented")
+        if d.get("use_sliding_window") or any(t != "full_attention" for t in d.get("layer_types") or []):
+            raise ValueError(f"{source}: sliding-window attention is not implemented")
+        if d.get("attention_bias"):
+            raise ValueError(f"{source}: attention_bias=true is not implemented (Qwen3 has no attention bias)")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"{source}: hidden_act={d['hidden_act']!r} is not implemented (only 'silu')")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known and v is not None}
+        if "rope_theta" in rope:
+            kwargs["rope_theta"] = rope["rope_theta"]
+        if "dtype" in d and d["dtype"]:  # transformers 5 renamed torch_dtype -> dtype
+            kwargs["torch_dtype"] = str(d["dtype"]).replace("torch.", "")
+        if "head_dim" not in d:
+            kwargs["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads", "num_key_value_heads") if k not in d]
+        if missing:
+            raise ValueError(f"{source}: missing required keys {missing}")
+        config = cls(**kwargs)
+        if config.num_attention_heads % config.num_key_value_heads:
+            raise ValueError(f"{source}: num_attention_heads={config.num_attention_heads} is not a multiple "
+                             f"of num_key_value_heads={config.num_key_value_heads}")
+        return config
+
+    @classmethod
+    def from_json(cls, path):
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: config.json not found")
+        try:
+            d = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        return cls.from_dict(d, source=str(path))
+
+    def to_hf_dict(self):
+        """config.json as the published Qwen3 files write it (transformers 4 layout, which 5 also reads)."""
+        d = asdict(self)
+        d.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
+                 attention_bias=False, attention_dropout=0.0, rope_scaling=None, use_sliding_window=False,
+                 sliding_window=None, max_window_layers=self.num_hidden_layers, use_cache=True,
+                 initializer_range=0.02)
+        return d
+
+
+# -----------------------------------------------------------------------------
+# The KV cache: preallocated, written in place, and the owner of positions.
+
+
+class KVCache:
+    """Keys and values of every layer for a batch of rows, preallocated to `max_len` slots.
+
+    All rows share one write index (`length`); ragged prompts are left-padded, and `pad[b]` counts the
+    padding slots of row b, so its token at slot s sits at position s - pad[b] and slots < pad[b] are
+    never attended to.
+    """
+
+    def __init__(self, config, batch_size, max_len, device=None, dtype=torch.float32):
+        shape = (config.num_hidden_layers, batch_size, config.num_key_value_heads, max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.pad = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.length = 0
+
+    @property
+    def batch_size(self):
+        return self.k.shape[1]
+
+    @property
+    def max_len(self):
+        return self.k.shape[3]
+
+    def positions(self, T):  # (B, T) rotary positions of the next T slots
+        slots = torch.arange(self.length, self.length + T, device=self.pad.device)
+        return slots[None, :] - self.pad[:, None]
+
+    def attention_mask(self, T):  # (B, 1, T, S) True where query t may attend key slot s
+        q = torch.arange(self.length, self.length + T, device=self.pad.device)[:, None]
+        s = torch.arange(self.length + T, device=self.pad.device)[None, :]
+        allowed = (s >= self.pad[:, None, None]) & (s <= q)
+        # a padding slot attends to itself, so its (unused) output stays finite instead of NaN
+        return (allowed | (s == q))[:, None]
+
+    def update(self, layer, k, v):
+        """Write the new keys/values (B, H_kv, T, D) at the write index; return all filled slots."""
+        T = k.shape[2]
+        if self.length + T > self.max_len:
+            raise RuntimeError(f"KVCache overflow: {self.length} + {T} tokens > max_len {self.max_len}")
+        self.k[layer, :, :, self.length:self.length + T] = k
+        self.v[layer, :, :, self.length:self.length + T] = v
+        return self.k[layer, :, :, :self.length + T], self.v[layer, :, :, :self.length + T]
+
+    def select(self, rows):
+        """Keep (or repeat) rows: compacts finished rows away, or copies a prompt's prefill n times."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.pad.device)
+        self.k, self.v, self.pad = self.k[:, rows], self.v[:, rows], self.pad[rows]
+
+
+# -----------------------------------------------------------------------------
+# The model
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        # normalize in fp32 for stability in bf16, as the reference implementation does
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_cos_sin(positions, head_dim, theta, dtype):
+    """Rotary embedding tables (Su et al. 2021, RoFormer) for positions (B, T) -> (B, 1, T, head_dim)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    angles = positions[..., None].float() * inv_freq  # (B, T, head_dim/2)
+    angles = torch.cat([angles, angles], dim=-1)[:, None]  # Qwen rotates the two halves, not pairs
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x, cos, sin):  # x: (B, H, T, D)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
+        self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps)  # Qwen3's per-head q/k norm replaces qkv bias
+        self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache=None, layer=0, mask=None):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        gqa = self.n_kv != self.n_heads
+        if mask is None:  # training / no cache: plain causal attention
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):  # SwiGLU (Shazeer 2020)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cos, sin, cache=None, layer=0, mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):  # named `model` inside Qwen3, as in the checkpoint keys
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.num_hidden_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class Qwen3(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.gradient_checkpointing = False  # recompute each block in backward to save activation memory
+
+    def hidden_states(self, input_ids, cache=None):
+        """Final-normed hidden states (B, T, hidden). With a cache, input_ids are the next T tokens."""
+        B, T = input_ids.shape
+        x = self.model.embed_tokens(input_ids)
+        if cache is None:
+            positions, mask = torch.arange(T, device=input_ids.device)[None].expand(B, T), None
+        else:
+            positions, mask = cache.positions(T), cache.attention_mask(T)
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
+        for i, block in enumerate(self.model.layers):
+            if self.gradient_checkpointing and self.training and cache is None:
+                x = checkpoint(block, x, cos, sin, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, cache, i, mask)
+        if cache is not None:
+            cache.length += T
+        return self.model.norm(x)
+
+    def forward(self, input_ids, cache=None, last_only=False):
+        """Logits (B, T, vocab), or (B, 1, vocab) for the last position only (what decoding needs)."""
+        h = self.hidden_states(input_ids, cache)
+        return self.lm_head(h[:, -1:] if last_only else h)
+
+    def new_cache(self, batch_size, max_len):
+        p = self.lm_head.weight
+        dtype = torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
+        return KVCache(self.config, batch_size, max_len, device=p.device, dtype=dtype)
+
+
+def _chunk_logprobs(h, weight, targets):
+    logits = (h @ weight.t()).float()  # (N, vocab), only for this chunk
+    logz = logits.logsumexp(-1)
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
+    with torch.no_grad():  # entropy is a metric, not a loss term
+        entropy = logz - (logits.softmax(-1) * logits).sum(-1)
+    return logp, entropy
+
+
+def token_logprobs(model, input_ids, chunk_size=256):
+    """log p(x[t+1] | x[:t+1]) for every position, and the policy entropy there: two (B, T-1) tensors.
+
+    The full-vocabulary logits are never materialized for the whole batch: each chunk of positions
+    computes its logits, keeps two numbers per token, and recomputes the logits in backward.
+    """
+    h = model.hidden_states(input_ids[:, :-1])
+    B, T, D = h.shape
+    h, targets = h.reshape(B * T, D), input_ids[:, 1:].reshape(B * T)
+    logps, entropies = [], []
+    for i in range(0, B * T, chunk_size):
+        args = (h[i:i + chunk_size], model.lm_head.weight, targets[i:i + chunk_size])
+        if torch.is_grad_enabled():
+            logp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            logp, ent = _chunk_logprobs(*args)
+        logps.append(logp)
+        entropies.append(ent)
+    return torch.cat(logps).view(B, T), torch.cat(entropies).view(B, T)
+
+
+# -----------------------------------------------------------------------------
+# Compute accounting
+
+
+def count_parameters(config, include_embedding=True):
+    """Parameter count from the config alone (the tied LM head is counted once)."""
+    c = config
+    attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) + 2 * c.head_dim
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    layer = attn + mlp + 2 * c.hidden_size
+    n = c.num_hidden_layers * layer + c.hidden_size
+    embed = c.vocab_size * c.hidden_size
+    if include_embedding:
+        n += embed if c.tie_word_embeddings else 2 * embed
+    elif not c.tie_word_embeddings:
+        n += embed  # the untied LM head is a real matmul
+    return n
+
+
+def flops_per_token(config, context_len, training=False):
+    """Matmul FLOPs to process one token attending to `context_len` tokens (Kaplan et al. 2020, sec 2.1).
+
+    Forward: 2 per weight of every matmul (the layers and the LM head; the embedding lookup is free) plus
+    2 x 2 x layers x heads x head_dim x context for QK^T and attention x V. Training is ~3x forward.
+    """
+    c = config
+    matmul_params = count_parameters(c, include_embedding=False) + c.vocab_size * c.hidden_size * c.tie_word_embeddings
+    fwd = 2 * matmul_params + 4 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * context_len
+    return 3 * fwd if training else fwd
+
+
+# -----------------------------------------------------------------------------
+# Tokenizer
+
+
+class Tokenizer:
+    """A thin wrapper on `tokenizers.Tokenizer` with the special ids the rest of the repo needs."""
+
+    def __init__(self, path):
+        from tokenizers import Tokenizer as HFTokenizer
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: tokenizer.json not found")
+        try:
+            self.tok = HFTokenizer.from_file(str(path))
+        except Exception as e:
+            raise ValueError(f"{path}: not a valid tokenizer.json ({e})") from None
+        self.path = path
+        self.eos_id = self.tok.token_to_id("<|endoftext|>")
+        self.im_start_id = self.tok.token_to_id("<|im_start|>")
+        self.im_end_id = self.tok.token_to_id("<|im_end|>")
+        self.pad_id = self.eos_id if self.eos_id is not None else 0
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    @property
+    def vocab_size(self):
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def stop_token_ids(self, chat=False):
+        """Ids that end a completion: `<|endoftext|>` for a base model, plus `<|im_end|>` for a chat model."""
+        ids = [self.eos_id] + ([self.im_end_id] if chat else [])
+        return [i for i in ids if i is not None]
+
+
+# -----------------------------------------------------------------------------
+# Finding a checkpoint: a local directory, `tiny`, or a Hugging Face repo id (cache, then download)
+
+
+def hf_cache_dir():
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+
+
+def _cached_snapshot(repo_id, revision):
+    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    ref = repo_dir / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snap = repo_dir / "snapshots" / commit
+    return snap if (snap / "config.json").is_file() else None
+
+
+def _download(url, dest):
+    """Stream url to dest through a temporary name, so an interrupted download never looks complete."""
+    headers = {"User-Agent": "rlvr-math/1.0"}
+    if os.environ.get("HF_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".incomplete")
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+        total, done, last = int(r.headers.get("Content-Length") or 0), 0, 0
+        with open(tmp, "wb") as f:
+            while chunk := r.read(1 << 20):
+                f.write(chunk)
+                done += len(chunk)
+                if total > 50 << 20 and done - last > total // 20:
+                    print(f"\r  {dest.name}: {done / 2**20:.0f}/{total / 2**20:.0f} MB", end="", file=sys.stderr)
+                    last = done
+        commit = r.headers.get("X-Repo-Commit")
+    if total and done != total:
+        tmp.unlink()
+        raise OSError(f"{url}: download truncated ({done} of {total} bytes)")
+    os.replace(tmp, dest)
+    if total > 50 << 20:
+        print(file=sys.stderr)
+    return commit
+
+
+def download_model(repo_id, revision="main"):
+    """Fetch config, tokenizer and safetensors of a Hugging Face repo into the standard cache layout."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/{repo_id}/resolve/{revision}/"
+    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    staging = repo_dir / "snapshots" / f".{revision}.partial"
+    commit = _download(url + "config.json", staging / "config.json") or revision
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        try:
+            _download(url + name, staging / name)
+        except urllib.error.HTTPError:
+            pass  # optional files
+    try:
+        _download(url + "model.safetensors.index.json", staging / "model.safetensors.index.json")
+        index = json.loads((staging / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index["weight_map"].values()))
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+        shards = ["model.safetensors"]
+    for name in shards:
+        if not (staging / name).is_file():
+            _download(url + name, staging / name)
+    snap = repo_dir / "snapshots" / commit
+    if snap.exists():
+        shutil.rmtree(snap)
+    os.replace(staging, snap)
+    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+    (repo_dir / "refs" / revision).write_text(commit)
+    return snap
+
+
+def resolve_model_dir(name_or_path, revision="main"):
+    """A local directory, `tiny`, or a Hugging Face repo id (the local cache first, then a download)."""
+    if str(name_or_path) == "tiny":
+        if not (TINY_MODEL_DIR / "config.json").is_file():
+            raise FileNotFoundError(f"{TINY_MODEL_DIR}: the tiny model is missing; rebuild it with `python tiny.py`")
+        return TINY_MODEL_DIR
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    name = str(name_or_path)
+    if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix:
+        raise FileNotFoundError(f"{name}: no such model directory, and not a Hugging Face repo id like "
+                                f"{DEFAULT_MODEL!r}")
+    snap = _cached_snapshot(name, revision)
+    if snap is not None:
+        return snap
+    how = (f"Download it on a machine with internet (e.g. `python -c \"import model; "
+           f"model.download_model('{name}')\"`, or `huggingface-cli download {name}`) and copy "
+           f"{hf_cache_dir() / ('models--' + name.replace('/', '--'))} here, set HF_HOME to where it is, "
+           f"or pass a local directory holding config.json and model.safetensors.")
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()} and HF_HUB_OFFLINE=1. {how}")
+    print(f"downloading {name} into {hf_cache_dir()} ...", file=sys.stderr)
+    try:
+        return download_model(name, revision)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()}, and downloading "
+                                f"it failed ({e}). {how}") from None
+
+
+# -----------------------------------------------------------------------------
+# Loading and saving checkpoints (safetensors only; never pickle)
+
+
+def _read_safetensors(model_dir):
+    """All tensors of a single-file or sharded checkpoint: {name: (tensor, file it came from)}."""
+    from safetensors import safe_open
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{index}: not a valid safetensors index ({e})") from None
+    elif (model_dir / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise FileNotFoundError(f"{model_dir}: no model.safetensors or model.safetensors.index.json "
+                                f"(pickled .bin checkpoints are not loaded, by design)")
+    tensors = {}
+    for name in files:
+        path = model_dir / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: shard listed in {index.name} is missing")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for key in f.keys():
+                    tensors[key] = (f.get_tensor(key), path)
+        except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+            raise ValueError(f"{path}: corrupt or truncated safetensors file ({e})") from None
+    return tensors
+
+
+def default_device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device):
+    """bf16 on GPU, fp32 on CPU (where bf16 matmuls may be slow and fp32 keeps tests exact)."""
+    return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+
+
+def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
+    """A Qwen3 from a local directory, `tiny`, or a Hugging Face repo id."""
+    model_dir = resolve_model_dir(name_or_path)
+    config = Qwen3Config.from_json(model_dir / "config.json")
+    device = device or default_device()
+    dtype = dtype or default_dtype(device)
+    with torch.device("meta"):
+        model = Qwen3(config)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    tensors = _read_safetensors(model_dir)
+    state = {}
+    for key, (t, path) in tensors.items():
+        if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and config.tie_word_embeddings):
+            continue  # recomputed / tied to the embedding
+        if key not in expected:
+            raise ValueError(f"{path}: unexpected tensor {key!r} for a Qwen3 model")
+        if t.shape != expected[key]:
+            raise ValueError(f"{path}: tensor {key!r} has shape {tuple(t.shape)}, expected "
+                             f"{tuple(expected[key])} from config.json")
+        state[key] = t.to(device=device, dtype=dtype)
+    missing = [k for k in expected if k not in state and not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing:
+        raise ValueError(f"{model_dir}: checkpoint is missing tensor(s) {missing[:5]}"
+                         f"{' ...' if len(missing) > 5 else ''}")
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.name_or_path = str(name_or_path)
+    return model.eval()
+
+
+def save_model(model, path, tokenizer=None):
+    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename)."""
+    from safetensors.torch import save_file
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)  # Hugging Face stores a tied head once, as the embedding
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config.to_hf_dict()
+        config["torch_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def load_tokenizer(name_or_path=DEFAULT_MODEL):
+    """The checkpoint's own tokenizer.json when it has one, else the bundled Qwen3 tokenizer for Qwen ids."""
+    path = Path(name_or_path)
+    if path.suffix == ".json":
+        return Tokenizer(path)
+    local = TINY_MODEL_DIR if str(name_or_path) == "tiny" else path
+    if (local / "tokenizer.json").is_file():
+        return Tokenizer(local / "tokenizer.json")
+    if str(name_or_path).startswith("Qwen/"):
+        snap = _cached_snapshot(str(name_or_path), "main")
+        if snap is not None and (snap / "tokenizer.json").is_file():
+            return Tokenizer(snap / "tokenizer.json")
+        return Tokenizer(QWEN3_TOKENIZER)  # all dense Qwen3 models share this vocabulary
+    raise FileNotFoundError(f"{name_or_path}: no tokenizer.json found")

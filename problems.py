@@ -1,0 +1,140 @@
+"""
+Problem sets, prompt templates and the held-out guard: the first stage of the data flow,
+problem -> prompt text, shared by evaluate.py, train_rl.py and bands.py.
+
+MATH-500 is held out: training, tuning and selection never see it. `check_held_out` refuses any training
+pool that contains a MATH-500 problem (compared after normalizing whitespace and case), and
+`train_val_split` carves the validation set that tuning uses from the training pool instead.
+"""
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DATASETS = {
+    "math500": "math500.jsonl",  # held out: evaluation only
+    "math_train": "math_train.jsonl",
+    "gsm8k": "gsm8k.jsonl",
+    "aime24": "aime24.jsonl",
+    "aime25": "aime25.jsonl",
+    "amc23": "amc23.jsonl",
+    "hmmt25_feb": "hmmt25_feb.jsonl",
+    "hmmt25_nov": "hmmt25_nov.jsonl",
+    "minerva": "minerva.jsonl",
+    "olympiadbench": "olympiadbench.jsonl",
+    "tiny_train": "tiny_train.jsonl",  # the embedded tiny world (tiny.py)
+    "tiny_val": "tiny_val.jsonl",
+    "tiny_test": "tiny_test.jsonl",
+}
+HELD_OUT = "math500"
+
+# -----------------------------------------------------------------------------
+# Loading
+
+
+def dataset_path(name_or_path):
+    if name_or_path in DATASETS:
+        return DATA_DIR / DATASETS[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix == ".jsonl" or path.is_file():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such dataset file")
+        return path
+    raise ValueError(f"unknown dataset {name_or_path!r}; known: {', '.join(DATASETS)}, or a path to a .jsonl "
+                     f"file with 'problem' and 'answer' fields")
+
+
+def load_problems(name_or_path, limit=None):
+    """Rows of a dataset as dicts with at least id, source, problem, answer (errors name file and line)."""
+    path = dataset_path(name_or_path)
+    name = name_or_path if name_or_path in DATASETS else path.stem
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            for key in ("problem", "answer"):
+                if not isinstance(row.get(key), str) or not row[key].strip():
+                    raise ValueError(f"{path}:{lineno}: missing or empty {key!r} field")
+            row.setdefault("id", f"{name}/{lineno - 1:05d}")
+            row.setdefault("source", name)
+            rows.append(row)
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise ValueError(f"{path}: no problems")
+    return rows
+
+
+def dataset_hash(problems):
+    """A short content hash of (id, problem, answer) rows, recorded with every result."""
+    h = hashlib.sha256()
+    for p in problems:
+        h.update(json.dumps([p["id"], p["problem"], p["answer"]], ensure_ascii=False).encode())
+    return h.hexdigest()[:16]
+
+
+# -----------------------------------------------------------------------------
+# Held-out discipline
+
+
+def normalize_problem(text):
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def check_held_out(problems, held_out=HELD_OUT):
+    """Refuse a training pool that contains any problem of the held-out set."""
+    banned = {normalize_problem(p["problem"]) for p in load_problems(held_out)}
+    leaks = [p["id"] for p in problems if normalize_problem(p["problem"]) in banned]
+    if leaks:
+        raise ValueError(f"{len(leaks)} training problem(s) appear in the held-out set {held_out} "
+                         f"(e.g. {leaks[:3]}); MATH-500 is never trained, tuned or selected on")
+    return problems
+
+
+def train_val_split(problems, val_size, seed=0):
+    """Deterministic (seeded) split of a training pool into train and validation problems."""
+    if not 0 <= val_size < len(problems):
+        raise ValueError(f"val_size={val_size} must be in [0, {len(problems)})")
+    order = list(range(len(problems)))
+    random.Random(seed).shuffle(order)
+    val_ids = set(order[:val_size])
+    train = [p for i, p in enumerate(problems) if i not in val_ids]
+    val = [p for i, p in enumerate(problems) if i in val_ids]
+    return train, val
+
+
+# -----------------------------------------------------------------------------
+# Prompts: one place for every template, shared by training and evaluation
+
+BASE_TEMPLATE = (
+    "You are a helpful math assistant.\n"
+    "Solve the problem and write the final answer on its own line as \\boxed{{ANSWER}}.\n\n"
+    "Problem:\n{problem}\n\nSolution:"
+)
+CHAT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{{}}."
+
+
+def format_prompt(problem, template="base"):
+    """Prompt text for a problem string: `base` (plain text for base models), `chat` / `chat_think`
+    (the Qwen3 chat template with thinking off / on, for chat models)."""
+    if template == "base":
+        return BASE_TEMPLATE.format(problem=problem.strip())
+    if template in ("chat", "chat_think"):
+        user = f"{problem.strip()}\n{CHAT_INSTRUCTION.format()}"
+        prompt = f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+        # Qwen3's template turns thinking off by pre-filling an empty think block
+        return prompt if template == "chat_think" else prompt + "<think>\n\n</think>\n\n"
+    raise ValueError(f"unknown prompt template {template!r}; known: base, chat, chat_think")
+
+
+TEMPLATES = ("base", "chat", "chat_think")
