@@ -1,0 +1,201 @@
+"""
+Our own batched sampler on the KV cache: token ids -> completions with log-probs.
+
+How a call runs:
+1. Prompts are sorted by length (less padding) and split into chunks whose KV cache fits a token budget.
+2. Each chunk is left-padded and prefilled once per prompt; the cache is then copied n times, so the n
+   samples of one prompt (a GRPO group) share the prefill, and each sample draws its own first token.
+3. Decoding feeds one token per live row; finished rows are compacted out of the batch (and the cache),
+   so they stop costing compute.
+4. Every generated token gets its log-probability under the unmodified policy (softmax at temperature 1,
+   before top-k/top-p), which training needs for importance ratios.
+"""
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Completion:
+    prompt_index: int  # which prompt this completion answers
+    tokens: list = field(default_factory=list)  # generated ids, the stop token included when one ended it
+    logprobs: list = field(default_factory=list)  # log p(token) under the policy at temperature 1
+    finish_reason: str = "length"  # "stop" or "length"
+
+
+def kv_bytes_per_token(model):
+    c, dtype = model.config, model.lm_head.weight.dtype
+    if torch.is_autocast_enabled(model.lm_head.weight.device.type):
+        dtype = torch.get_autocast_dtype(model.lm_head.weight.device.type)
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype.itemsize
+
+
+def default_token_budget(model, cache_gib=4.0):
+    """How many cache slots fit in `cache_gib` of memory: bounds the cache whatever the request size."""
+    return int(cache_gib * 2**30) // kv_bytes_per_token(model)
+
+
+# -----------------------------------------------------------------------------
+# Choosing the next token
+
+
+def sample_next(logits, temperature, top_p, top_k, generator):
+    """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else top-k/top-p sampling."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:  # nucleus sampling (Holtzman et al. 2020): the smallest set with mass >= top_p
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+# -----------------------------------------------------------------------------
+# Checking the request
+
+
+def check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, token_budget):
+    if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    context = model.config.max_position_embeddings
+    vocab = model.config.vocab_size
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompts[{i}] is empty")
+        if len(p) + max_new_tokens > context:
+            raise ValueError(f"prompts[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} it "
+                             f"exceeds the model's context of {context} tokens")
+        if n * (len(p) + max_new_tokens) > token_budget:
+            raise ValueError(f"prompts[{i}]: n={n} rows of {len(p)} + {max_new_tokens} tokens exceed "
+                             f"token_budget={token_budget}")
+        if min(p) < 0 or max(p) >= vocab:
+            raise ValueError(f"prompts[{i}] has token ids outside [0, {vocab})")
+
+
+def plan_chunks(prompts, n, max_new_tokens, token_budget):
+    """Prompt indices grouped so each chunk's cache (rows x slots) stays within the token budget."""
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # longest first: less padding
+    chunks, current = [], []
+    for i in order:
+        slots = len(prompts[current[0]] if current else prompts[i]) + max_new_tokens
+        if current and (len(current) + 1) * n * slots > token_budget:
+            chunks.append(current)
+            current = []
+        current.append(i)
+    return chunks + [current] if current else chunks
+
+
+# -----------------------------------------------------------------------------
+# Generation
+
+
+@torch.inference_mode()
+def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, generator,
+                   pad_id, on_token):
+    """Complete one chunk of prompts: n rows each, in order prompt 0 sample 0..n-1, prompt 1, ..."""
+    device = model.lm_head.weight.device
+    B, L = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, L - len(p):] = torch.tensor(p)
+    cache = model.new_cache(B, L + max_new_tokens)
+    cache.pad = torch.tensor([L - len(p) for p in prompts], device=device)
+    logits = model(ids.to(device), cache=cache, last_only=True)[:, -1]  # (B, vocab): one prefill per prompt
+    rows = torch.arange(B, device=device).repeat_interleave(n)
+    if n > 1:
+        cache.select(rows)
+        logits = logits[rows]  # each of the n rows draws its own first token below
+    results = [Completion(prompt_index=b) for b in range(B) for _ in range(n)]
+    row_result = torch.arange(B * n, device=device)  # result index of each cache row; -1 once finished
+    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+    for step in range(max_new_tokens):
+        live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
+        live_logits = logits[live].float()
+        token = sample_next(live_logits, temperature, top_p, top_k, generator)
+        logp = live_logits.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1)
+        done = torch.isin(token, stop)
+        for r, t, lp, d in zip(row_result[live].tolist(), token.tolist(), logp.tolist(), done.tolist()):
+            results[r].tokens.append(t)
+            results[r].logprobs.append(lp)
+            if d:
+                results[r].finish_reason = "stop"
+        on_token(len(live), int(done.sum()))
+        row_result[live[done]] = -1
+        if step == max_new_tokens - 1 or not bool((row_result >= 0).any()):
+            break
+        next_token = torch.full((cache.batch_size,), pad_id, dtype=torch.long, device=device)
+        next_token[live] = token
+        finished = int((row_result < 0).sum())
+        if finished >= 0.25 * cache.batch_size:  # compact now and then: copying the cache is not free
+            keep = (row_result >= 0).nonzero().squeeze(-1)
+            cache.select(keep)
+            row_result, next_token = row_result[keep], next_token[keep]
+        logits = model(next_token[:, None], cache=cache, last_only=True)[:, -1]
+    return results
+
+
+def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, n=1, stop_token_ids=(),
+             seed=None, token_budget=None, pad_id=0, progress=None):
+    """Complete each prompt (a list of token ids) n times; returns len(prompts) * n Completions, in order
+    prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
+
+    temperature=0 is greedy. `seed` makes sampling reproducible. `token_budget` bounds the KV cache
+    (rows x slots) of one chunk. `progress` is True for a progress line on stderr, or a callable
+    progress(tokens_done, rows_done, rows_total, seconds).
+    """
+    prompts = [list(p) for p in prompts]
+    if not prompts:
+        return []
+    token_budget = token_budget or default_token_budget(model)
+    check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, token_budget)
+    device = model.lm_head.weight.device
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed if seed is not None else torch.randint(2**62, ()).item())
+    stats = dict(tokens=0, rows_done=0, t0=time.time(), last=0.0)
+    rows_total = len(prompts) * n
+
+    def on_token(live_rows, rows_finished):
+        stats["tokens"] += live_rows
+        stats["rows_done"] += rows_finished
+        if progress is None:
+            return
+        seconds = time.time() - stats["t0"]
+        if callable(progress):
+            progress(stats["tokens"], stats["rows_done"], rows_total, seconds)
+        elif seconds - stats["last"] > 2.0:
+            stats["last"] = seconds
+            print(f"\rgenerate: {stats['tokens']} tokens, {stats['rows_done']}/{rows_total} rows done, "
+                  f"{stats['tokens'] / max(seconds, 1e-9):.1f} tok/s", end="", file=sys.stderr, flush=True)
+
+    results = [None] * rows_total
+    for chunk in plan_chunks(prompts, n, max_new_tokens, token_budget):
+        out = generate_chunk(model, [prompts[i] for i in chunk], n, max_new_tokens, temperature, top_p, top_k,
+                             stop_token_ids, generator, pad_id, on_token)
+        for c in out:
+            i = chunk[c.prompt_index]
+            c.prompt_index = i
+            j = i * n
+            while results[j] is not None:
+                j += 1
+            results[j] = c
+        stats["rows_done"] = sum(r is not None for r in results)
+    if progress is True:
+        print(file=sys.stderr)
+    return results
