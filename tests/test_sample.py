@@ -1,0 +1,185 @@
+"""sample.generate against uncached greedy decoding, transformers' generate, and full-forward log-probs."""
+
+import pytest
+import torch
+
+import model as M
+import sample as S
+
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random Qwen3 written by transformers and loaded by us (the pair the tests compare)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hc = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                  tie_word_embeddings=True, max_position_embeddings=256)
+    ref = transformers.Qwen3ForCausalLM(hc).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_(0, 0.3)  # large weights: peaked, prompt-dependent next-token distributions
+    d = tmp_path_factory.mktemp("tiny")
+    ref.save_pretrained(d)
+    return M.load_model(d, device="cpu"), ref
+
+
+def random_prompts(lengths, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, VOCAB, (n,), generator=g).tolist() for n in lengths]
+
+
+def greedy_no_cache(model, prompt, steps):
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(steps):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def full_forward_logprobs(model, prompt, tokens):
+    with torch.no_grad():
+        logp = model(torch.tensor([prompt + tokens])).log_softmax(-1)[0, len(prompt) - 1:-1]
+    return logp.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+
+
+def test_greedy_ragged_batch_equals_uncached_and_transformers(tiny):
+    model, ref = tiny
+    prompts = random_prompts([5, 17, 3, 9, 1])
+    out = S.generate(model, prompts, 24, temperature=0)
+    assert [o.prompt_index for o in out] == list(range(len(prompts)))
+    for p, o in zip(prompts, out):
+        assert o.tokens == greedy_no_cache(model, p, 24)
+        hf = ref.generate(torch.tensor([p]), max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert o.tokens == hf[0, len(p):].tolist()
+        assert o.finish_reason == "length"
+
+
+def test_logprobs_equal_full_forward(tiny):
+    model, _ = tiny
+    prompts = random_prompts([4, 11, 7])
+    for kwargs in (dict(temperature=0), dict(temperature=1.3, top_p=0.8, top_k=20, n=3, seed=0)):
+        for o in S.generate(model, prompts, 16, **kwargs):
+            expected = full_forward_logprobs(model, prompts[o.prompt_index], o.tokens)
+            assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-4)
+
+
+def test_seed_reproduces_and_samples_differ(tiny):
+    model, _ = tiny
+    prompts = random_prompts([6, 10])
+    a = S.generate(model, prompts, 20, temperature=1.0, n=4, seed=123)
+    b = S.generate(model, prompts, 20, temperature=1.0, n=4, seed=123)
+    c = S.generate(model, prompts, 20, temperature=1.0, n=4, seed=124)
+    assert [x.tokens for x in a] == [x.tokens for x in b]
+    assert [x.tokens for x in a] != [x.tokens for x in c]
+    # the n samples of one prompt are independent draws, including their first token
+    first = {tuple(x.tokens[:1]) for x in S.generate(model, prompts[:1], 1, temperature=3.0, n=32, seed=0)}
+    assert len(first) > 1
+    assert len({tuple(x.tokens) for x in a[:4]}) == 4
+
+
+def test_n_samples_share_one_prefill(tiny, monkeypatch):
+    model, _ = tiny
+    prompts = random_prompts([8, 12, 5])
+    widths = []
+    real_forward = model.forward
+
+    def counting_forward(input_ids, cache=None, last_only=False):
+        widths.append(tuple(input_ids.shape))
+        return real_forward(input_ids, cache=cache, last_only=last_only)
+
+    monkeypatch.setattr(model, "forward", counting_forward)
+    S.generate(model, prompts, 3, temperature=1.0, n=5, seed=0)
+    assert widths[0] == (3, 12)  # one prefill row per prompt, left-padded to the longest
+    assert widths[1] == (15, 1)  # then n rows per prompt decode from the copied cache
+
+
+def test_stop_tokens_end_rows_independently(tiny):
+    model, _ = tiny
+    prompts = random_prompts([5, 9, 13, 2])
+    free = S.generate(model, prompts, 30, temperature=0)
+    # stop on the 3rd greedy token of row 0: row 0 must stop there, every other row keeps its own course
+    stop = free[0].tokens[2]
+    out = S.generate(model, prompts, 30, temperature=0, stop_token_ids=[stop])
+    for f, o in zip(free, out):
+        if stop in f.tokens:
+            cut = f.tokens.index(stop) + 1
+            assert o.tokens == f.tokens[:cut] and o.finish_reason == "stop"
+        else:
+            assert o.tokens == f.tokens and o.finish_reason == "length"
+    assert out[0].finish_reason == "stop" and len(out[0].tokens) <= 3
+
+
+def test_finished_rows_are_compacted_out(tiny, monkeypatch):
+    model, _ = tiny
+    prompts = random_prompts([5, 9, 13, 2, 7, 4, 6, 8])
+    free = S.generate(model, prompts, 20, temperature=0)
+    stop = free[0].tokens[1]
+    batch_sizes = []
+    real_forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda ids, cache=None, last_only=False: (
+        batch_sizes.append(ids.shape[0]), real_forward(ids, cache=cache, last_only=last_only))[1])
+    out = S.generate(model, prompts, 20, temperature=0, stop_token_ids=[stop])
+    n_stopped = sum(o.finish_reason == "stop" for o in out)
+    assert n_stopped >= 2, "the test needs rows that stop early"
+    assert min(batch_sizes) < len(prompts)  # decode batch shrank once rows finished
+    assert [o.tokens for o in out] == [f.tokens[:f.tokens.index(stop) + 1] if stop in f.tokens else f.tokens
+                                        for f in free]
+
+
+def test_tiny_top_p_is_greedy_and_top_k_1_is_greedy(tiny):
+    model, _ = tiny
+    prompts = random_prompts([6, 3, 10])
+    greedy = [o.tokens for o in S.generate(model, prompts, 15, temperature=0)]
+    assert [o.tokens for o in S.generate(model, prompts, 15, temperature=1.0, top_p=1e-6, seed=1)] == greedy
+    assert [o.tokens for o in S.generate(model, prompts, 15, temperature=1.0, top_k=1, seed=2)] == greedy
+
+
+def test_sample_next_filters():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    g = torch.Generator().manual_seed(0)
+    draws = {int(S.sample_next(logits, 1.0, 0.7, 0, g)) for _ in range(300)}
+    assert draws == {0, 1}  # 0.5 < 0.7 needs the second token; 0.8 >= 0.7 stops there
+    draws = {int(S.sample_next(logits, 1.0, 1.0, 3, g)) for _ in range(300)}
+    assert draws == {0, 1, 2}
+
+
+def test_token_budget_splits_without_changing_greedy_output(tiny):
+    model, _ = tiny
+    prompts = random_prompts([5, 17, 3, 9, 11, 2])
+    whole = S.generate(model, prompts, 12, temperature=0)
+    chunks = S.plan_chunks(prompts, 1, 12, token_budget=60)
+    assert len(chunks) > 1 and sorted(i for c in chunks for i in c) == list(range(6))
+    assert all(len(c) * (max(len(prompts[i]) for i in c) + 12) <= 60 for c in chunks)
+    split = S.generate(model, prompts, 12, temperature=0, token_budget=60)
+    assert [o.tokens for o in split] == [o.tokens for o in whole]
+
+
+def test_bad_input_errors_name_the_argument(tiny):
+    model, _ = tiny
+    assert S.generate(model, [], 5) == []
+    with pytest.raises(ValueError, match=r"prompts\[1\] is empty"):
+        S.generate(model, [[1, 2], []], 5)
+    with pytest.raises(ValueError, match="context"):
+        S.generate(model, [[1] * 250], 10)
+    with pytest.raises(ValueError, match="token_budget"):
+        S.generate(model, [[1] * 20], 10, n=4, token_budget=50)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        S.generate(model, [[1, 2]], 0)
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="top_p"):
+            S.generate(model, [[1, 2]], 4, top_p=bad)
+    with pytest.raises(ValueError, match="temperature"):
+        S.generate(model, [[1, 2]], 4, temperature=-1)
+    with pytest.raises(ValueError, match="outside"):
+        S.generate(model, [[1, VOCAB]], 4)
+
+
+def test_progress_callback_counts_tokens(tiny):
+    model, _ = tiny
+    seen = []
+    out = S.generate(model, random_prompts([3, 4]), 7, temperature=0, progress=lambda *a: seen.append(a))
+    tokens_done, rows_done, rows_total, seconds = seen[-1]
+    assert tokens_done == sum(len(o.tokens) for o in out) == 14 and rows_total == 2 and seconds >= 0
