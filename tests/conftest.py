@@ -1,5 +1,46 @@
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 # tests import the repo's top-level modules (model, sample, ...) as a user running from the root would
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import model as M  # noqa: E402
+
+CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?+-*/=()[]{}\\^_$'\"<>|&%#@~`"
+
+
+def write_char_tokenizer(path):
+    """A character-level tokenizer.json (id 0 = <|endoftext|>), small enough for tiny test models."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    vocab = {"<|endoftext|>": 0, **{c: i + 1 for i, c in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    tok.save(str(path))
+    return M.Tokenizer(path)
+
+
+def make_char_model(directory, seed=0, hidden=32, layers=2, std=0.1):
+    """A random tiny Qwen3 with a character tokenizer, saved in Hugging Face layout; returns its path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = write_char_tokenizer(directory / "tokenizer_src.json")
+    config = M.Qwen3Config(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=1024,
+                           rope_theta=10000.0, bos_token_id=0, eos_token_id=0, torch_dtype="float32")
+    torch.manual_seed(seed)
+    net = M.Qwen3(config)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0, std)
+    M.save_model(net, directory / "model", tokenizer)
+    return directory / "model"
+
+
+@pytest.fixture
+def char_model_dir(tmp_path):
+    return make_char_model(tmp_path / "char")
