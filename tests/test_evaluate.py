@@ -1,0 +1,364 @@
+"""evaluate.py: statistics against hand-computed values, records/summary agreement, resume, --responses,
+compare, and bad inputs. A tiny random Qwen3 (real Qwen3 tokenizer, hidden size 16) keeps it to seconds."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate as E
+import model as M
+import sample
+from sample import Completion
+
+PROBLEMS = [  # (problem, answer, subject, level)
+    ("What is $2+2$?", "4", "Algebra", 1),
+    ("What is $3 \\cdot 3$?", "9", "Algebra", 2),
+    ("Simplify $\\frac{2}{4}$.", "\\frac{1}{2}", "Prealgebra", 1),
+    ("How many primes are less than 10?", "4", "Number Theory", 3),
+    ("What is $10-7$?", "3", "Prealgebra", 2),
+]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    rows = [dict(id=f"p{i}", source="toy", problem=q, answer=a, subject=s, level=lv)
+            for i, (q, a, s, lv) in enumerate(PROBLEMS)]
+    return write_jsonl(d / "toy.jsonl", rows)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A random Qwen3 with the real Qwen3 vocabulary: hidden size 16 keeps the 152k-row embedding small."""
+    tokenizer = M.load_tokenizer("Qwen/Qwen3-0.6B-Base")
+    cfg = M.Qwen3Config(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=2048)
+    torch.manual_seed(0)
+    path = M.save_model(M.Qwen3(cfg), tmp_path_factory.mktemp("m") / "tiny-random", tokenizer)
+    return str(path)
+
+
+@pytest.fixture
+def count_generate(monkeypatch):
+    """Wrap sample.generate to count the prompts it is asked to complete."""
+    calls, real = [], sample.generate
+
+    def counting(model, prompts, *args, **kw):
+        calls.append(len(prompts))
+        return real(model, prompts, *args, **kw)
+    monkeypatch.setattr(sample, "generate", counting)
+    return calls
+
+
+def run_cli(tiny, data, out, *extra):
+    return E.main(["--model", tiny, "--dataset", str(data), "--max-new-tokens", "6", "--batch-size", "2",
+                   "--out", str(out), *extra])
+
+
+def read_lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def check_summary_against_records(summary, records):
+    n, correct = len(records), sum(r["correct"] for r in records)
+    flat = [s for r in records for s in E.samples_of(r)]
+    assert summary["n"] == n and summary["correct"] == correct and summary["accuracy"] == pytest.approx(correct / n)
+    assert summary["completion_tokens_total"] == sum(s["completion_tokens"] for s in flat)
+    assert summary["prompt_tokens_total"] == sum(r["prompt_tokens"] for r in records)
+    assert summary["truncation_rate"] == pytest.approx(sum(s["finish_reason"] == "length" for s in flat) / len(flat))
+    assert summary["ci95"] == pytest.approx(list(E.wilson(correct, n)))
+    assert summary["mean_reward"] == pytest.approx(sum(s["reward"] for s in flat) / len(flat))
+    for key in ("subject", "level"):
+        assert sum(row["n"] for row in summary[f"by_{key}"].values()) == n
+        for value, row in summary[f"by_{key}"].items():
+            mine = [r["correct"] for r in records if str(r[key]) == value]
+            assert row == dict(n=len(mine), correct=sum(mine), accuracy=pytest.approx(sum(mine) / len(mine)))
+
+
+# -----------------------------------------------------------------------------
+# Statistics against hand-computed values
+
+
+def test_wilson_hand_checked():
+    # 8/10: center (0.8 + 1.96^2/20) / (1 + 1.96^2/10) = 0.71675, half-width 0.22658
+    lo, hi = E.wilson(8, 10)
+    assert (lo, hi) == (pytest.approx(0.4902, abs=1e-4), pytest.approx(0.9433, abs=1e-4))
+    assert E.wilson(0, 10) == (0.0, pytest.approx(1.96**2 / (10 + 1.96**2)))
+    assert E.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_pass_at_k_hand_values():
+    assert E.pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert E.pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2)) == pytest.approx(0.7)
+    assert E.pass_at_k(5, 0, 3) == 0.0 and E.pass_at_k(5, 4, 2) == 1.0  # n - c < k: some draw must succeed
+    # large n stays exact where the binomials themselves would overflow a float
+    assert E.pass_at_k(2000, 3, 500) == pytest.approx(1 - math.comb(1997, 500) / math.comb(2000, 500))
+
+
+def test_majority_vote_hand_example():
+    same = lambda a, b: a.replace(" ", "") == b.replace(" ", "")  # noqa: E731
+    assert E.majority_vote(["3", "1/2", None, "1 / 2", "3", "1/2"], same) == 1  # 1/2 has three votes
+    assert E.majority_vote(["3", "2", "2", "3"], same) == 0  # tie: the answer sampled first wins
+    assert E.majority_vote([None, "2", "3", "3", "2"], same) == 1
+    assert E.majority_vote([None, None], same) is None
+    assert E.majority_vote(["\\frac{1}{2}", "7", "0.5"]) == 0  # the default equivalence is verify's
+
+
+def test_bootstrap_and_mcnemar():
+    a = [1, 1, 1, 0, 0, 0, 1, 1, 0, 1]
+    b = [1, 0, 1, 1, 1, 1, 1, 1, 0, 1]  # A-only right: 1, B-only right: 3
+    # The exact bootstrap distribution of the mean difference (multinomial over counts 1/6/3 of -1/0/+1)
+    # has P(<= -0.3) = 0.009, P(<= -0.2) = 0.032, P(<= 0.5) = 0.970, P(<= 0.6) = 0.993: CI [-0.2, 0.6].
+    diff, (lo, hi) = E.bootstrap_paired(a, b, n_boot=100_000, seed=1)
+    assert diff == pytest.approx(0.2) and (lo, hi) == (pytest.approx(-0.2), pytest.approx(0.6))
+    assert E.bootstrap_paired(a, a) == (0.0, (0.0, 0.0))
+    assert E.mcnemar_exact(1, 4) == pytest.approx(2 * (1 + 5) / 32)
+    assert E.mcnemar_exact(0, 0) == 1.0
+
+
+# -----------------------------------------------------------------------------
+# Generation runs with the tiny random model
+
+
+def test_cli_writes_records_and_summary(tiny, data, tmp_path, capsys):
+    summary = run_cli(tiny, data, tmp_path / "run")
+    for name in ("settings.json", "records.jsonl", "summary.json"):
+        assert (tmp_path / "run" / name).is_file()
+    records = read_lines(tmp_path / "run" / "records.jsonl")
+    assert [r["id"] for r in records] == [f"p{i}" for i in range(5)]
+    for r in records:
+        assert {"id", "source", "subject", "level", "answer", "prompt_tokens", "response", "completion_tokens",
+                "finish_reason", "extracted", "correct", "reward", "seconds"} <= set(r)
+        assert 1 <= r["completion_tokens"] <= 6 and r["finish_reason"] in ("stop", "length")
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    check_summary_against_records(on_disk, records)
+    for key in ("model", "dataset_hash", "selection", "wall_time_s", "tokens_per_s", "inference_flops", "settings"):
+        assert on_disk[key] is not None
+    assert on_disk["settings"]["max_new_tokens"] == 6 and on_disk["settings"]["temperature"] == 0.0
+    assert "accuracy" in capsys.readouterr().out
+
+
+def test_inference_flops_sums_per_token_contexts():
+    cfg = M.Qwen3Config(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    record = dict(prompt_tokens=5, samples=[dict(completion_tokens=3), dict(completion_tokens=1)])
+    by_hand = sum(M.flops_per_token(cfg, c) for c in range(1, 6))  # prefill
+    by_hand += sum(M.flops_per_token(cfg, c) for c in (6, 7))  # decoding feeds 2 of the 3 tokens back
+    assert E.inference_flops(cfg, [record]) == pytest.approx(by_hand)
+
+
+def test_resume_after_limit_generates_only_the_rest(tiny, data, tmp_path, count_generate):
+    out = tmp_path / "run"
+    run_cli(tiny, data, out, "--limit", "3")
+    assert sum(count_generate) == 3
+    first = read_lines(out / "records.jsonl")
+    summary = run_cli(tiny, data, out)
+    assert sum(count_generate) == 5  # only p3, p4 were generated the second time
+    records = read_lines(out / "records.jsonl")
+    assert records[:3] == first and [r["id"] for r in records] == ["p0", "p1", "p2", "p3", "p4"]
+    check_summary_against_records(summary, records)
+
+
+def test_resume_after_kill_redoes_partial_line(tiny, data, tmp_path, count_generate):
+    out = tmp_path / "run"
+    run_cli(tiny, data, out)
+    full = read_lines(out / "records.jsonl")
+    lines = (out / "records.jsonl").read_text().splitlines(keepends=True)
+    (out / "records.jsonl").write_text("".join(lines[:2]) + lines[2][:40])  # killed while writing line 3
+    count_generate.clear()
+    run_cli(tiny, data, out)
+    assert sum(count_generate) == 3
+    records = read_lines(out / "records.jsonl")
+    assert sorted(r["id"] for r in records) == [f"p{i}" for i in range(5)]
+    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert sorted(map(json.dumps, map(strip, records))) == sorted(map(json.dumps, map(strip, full)))  # greedy
+
+
+def test_resume_refuses_another_protocol(tiny, data, tmp_path):
+    out = tmp_path / "run"
+    run_cli(tiny, data, out, "--limit", "1")
+    with pytest.raises(ValueError, match="max_new_tokens: 6 there, 4 now"):
+        run_cli(tiny, data, out, "--max-new-tokens", "4")
+    with pytest.raises(ValueError, match="dataset"):
+        run_cli(tiny, data, out, "--dataset", "aime24")
+    record = read_lines(out / "records.jsonl")[0]
+    write_jsonl(out / "records.jsonl", [dict(record, answer="5")])  # made with another version of the data
+    with pytest.raises(ValueError, match="'p0' has reference answer '5', the data set '4'"):
+        run_cli(tiny, data, out)
+    (out / "settings.json").unlink()
+    with pytest.raises(ValueError, match="without settings.json"):
+        run_cli(tiny, data, out)
+
+
+def test_multi_sample_run(tiny, data, tmp_path):
+    summary = run_cli(tiny, data, tmp_path / "run", "--samples", "3", "--temperature", "1.0", "--limit", "2")
+    records = read_lines(tmp_path / "run" / "records.jsonl")
+    assert all(len(r["samples"]) == 3 and "n_correct" in r and "selected" in r for r in records)
+    assert set(summary["pass_at_k"]) == {"pass@1", "pass@2", "pass@3"} and "majority vote" in summary["selection"]
+    check_summary_against_records(summary, records)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        run_cli(tiny, data, tmp_path / "greedy", "--samples", "3")
+
+
+# -----------------------------------------------------------------------------
+# The evaluate() function with scripted completions: known right and wrong answers
+
+
+def scripted_generate(script):
+    """A stand-in for sample.generate: for the prompt of problem text q, sample j answers script[q][j]."""
+    tokenizer = M.load_tokenizer("Qwen/Qwen3-0.6B-Base")
+
+    def generate(model, prompts, max_new_tokens, n=1, **kw):
+        out = []
+        for i, p in enumerate(prompts):
+            text = tokenizer.decode(p)
+            answers = next(v for q, v in script.items() if q in text)
+            for j in range(n):
+                ids = tokenizer.encode(f" So the answer is $\\boxed{{{answers[j]}}}$.")
+                out.append(Completion(prompt_index=i, tokens=ids + [tokenizer.eos_id], finish_reason="stop"))
+        return out
+    return generate
+
+
+def test_evaluate_function_with_known_answers(tiny, data, monkeypatch):
+    import problems as P
+    script = {q: [a if i in (0, 2, 4) else "17"] for i, (q, a, _, _) in enumerate(PROBLEMS)}
+    monkeypatch.setattr(sample, "generate", scripted_generate(script))
+    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data)), max_new_tokens=32, batch_size=2)
+    assert [r["correct"] for r in records] == [True, False, True, False, True]
+    assert summary["accuracy"] == pytest.approx(0.6) and summary["truncation_rate"] == 0.0
+    assert summary["by_subject"]["Prealgebra"] == dict(n=2, correct=2, accuracy=1.0)
+    assert summary["by_level"]["1"]["accuracy"] == 1.0 and summary["by_level"]["2"]["accuracy"] == 0.5
+    check_summary_against_records(summary, records)
+
+
+def test_evaluate_majority_and_pass_at_k_with_known_samples(tiny, data, monkeypatch):
+    import problems as P
+    script = {PROBLEMS[0][0]: ["4", "5", "5", "4.0", "6"],  # 4 vs 5 tie 2:2, 4 sampled first -> right
+              PROBLEMS[1][0]: ["8", "9", "8", "1", "2"]}  # 8 wins -> wrong, 1 of 5 right
+    monkeypatch.setattr(sample, "generate", scripted_generate(script))
+    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data), limit=2), 32, samples=5,
+                                  temperature=0.7)
+    assert [(r["n_correct"], r["selected"], r["correct"]) for r in records] == [(2, 0, True), (1, 0, False)]
+    assert summary["accuracy"] == 0.5
+    assert summary["pass_at_k"]["pass@1"] == pytest.approx((0.4 + 0.2) / 2)
+    assert summary["pass_at_k"]["pass@2"] == pytest.approx((0.7 + 0.4) / 2)
+    assert summary["pass_at_k"]["pass@5"] == 1.0
+
+
+def test_chat_template_prompts_and_stop_tokens(tiny, data, monkeypatch):
+    import problems as P
+    seen = {}
+
+    def fake_generate(model, prompts, max_new_tokens, n=1, stop_token_ids=(), **kw):
+        seen.update(prompts=prompts, stop=stop_token_ids)
+        return [Completion(prompt_index=i, tokens=[5], finish_reason="length") for i in range(len(prompts))]
+    monkeypatch.setattr(sample, "generate", fake_generate)
+    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    rows = P.load_problems(str(data), limit=1)
+    records, summary = E.evaluate(net, tokenizer, rows, 8, template="chat_think")
+    assert seen["prompts"][0] == tokenizer.encode(P.format_prompt(rows[0]["problem"], "chat_think"))
+    assert seen["stop"] == tokenizer.stop_token_ids(chat=True) == [tokenizer.eos_id, tokenizer.im_end_id]
+    assert records[0]["prompt_tokens"] == len(seen["prompts"][0]) and summary["truncation_rate"] == 1.0
+
+
+# -----------------------------------------------------------------------------
+# --responses: grading outputs of other engines
+
+
+def test_responses_exact_accuracy(data, tmp_path):
+    rows = [dict(id="p0", response="2+2 = 4, so \\boxed{4}"), dict(id="p1", response="\\boxed{6}"),
+            dict(id="p2", response="It is \\boxed{0.5}.", completion_tokens=7, finish_reason="stop"),
+            dict(id="p3", response="no boxed answer here"), dict(id="p4", response="\\boxed{3}")]
+    path = write_jsonl(tmp_path / "engine.jsonl", rows)
+    summary = E.main(["--responses", str(path), "--dataset", str(data), "--out", str(tmp_path / "graded")])
+    records = read_lines(tmp_path / "graded" / "records.jsonl")
+    assert [r["correct"] for r in records] == [True, False, True, False, True]
+    assert summary["accuracy"] == pytest.approx(0.6) and summary["n"] == 5
+    assert records[2]["completion_tokens"] == 7 and records[0]["finish_reason"] is None
+    assert records[3]["extracted"] is None and records[3]["reward"] < records[1]["reward"]  # format penalty
+    assert summary["completion_tokens_total"] == sum(r["completion_tokens"] for r in records)
+    assert summary["truncation_rate"] == 0.0  # over the rows that report a finish reason
+
+
+def test_responses_multi_sample(data, tmp_path):
+    rows = [dict(id=f"p{i}", response=f"\\boxed{{{a}}}") for i in range(5) for a in ("3", "9", "3")]
+    path = write_jsonl(tmp_path / "engine.jsonl", rows)
+    records, summary = E.grade_responses(path, E.P.load_problems(str(data)))
+    assert summary["accuracy"] == pytest.approx(1 / 5)  # the vote picks 3: right for p4 only
+    assert summary["pass_at_k"]["pass@1"] == pytest.approx((1 / 3 + 2 / 3) / 5)  # p1 has one 9, p4 two 3s
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": "p9", "response": "\\\\boxed{1}"}', "engine.jsonl:2: unknown id 'p9'"),
+    ('{"id": "p1"}', "engine.jsonl:2: each row needs 'id' and 'response'"),
+    ('{"response": "x"}', "engine.jsonl:2: each row needs 'id' and 'response'"),
+    ('{"id": "p1", "response": "x", "completion_tokens": "7"}', "engine.jsonl:2: .* completion_tokens an integer"),
+    ('{"id": "p1", "response": ', "engine.jsonl:2: not valid JSON"),
+])
+def test_responses_bad_rows_name_file_and_line(data, tmp_path, line, message):
+    path = tmp_path / "engine.jsonl"
+    path.write_text('{"id": "p0", "response": "\\\\boxed{4}"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=message):
+        E.grade_responses(path, E.P.load_problems(str(data)))
+
+
+def test_responses_missing_problems(data, tmp_path):
+    path = write_jsonl(tmp_path / "engine.jsonl", [dict(id="p0", response="\\boxed{4}")])
+    with pytest.raises(ValueError, match="no response for 4 of 5 problems"):
+        E.grade_responses(path, E.P.load_problems(str(data)))
+    assert E.grade_responses(path, E.P.load_problems(str(data), limit=1))[1]["accuracy"] == 1.0
+
+
+# -----------------------------------------------------------------------------
+# compare and bad data
+
+
+def hand_records(path, correct):
+    return write_jsonl(path, [dict(id=f"q{i}", answer="1", correct=bool(c)) for i, c in enumerate(correct)])
+
+
+def test_compare_hand_made_records(tmp_path, capsys):
+    a = hand_records(tmp_path / "a.jsonl", [1, 1, 1, 0, 0, 0, 1, 1, 0, 1])
+    b = hand_records(tmp_path / "b.jsonl", [1, 0, 1, 1, 1, 1, 1, 1, 0, 1])
+    c = E.main(["compare", str(a), str(b), "--n-boot", "2000"])
+    assert (c["both_correct"], c["only_a_correct"], c["only_b_correct"], c["neither_correct"]) == (5, 1, 3, 1)
+    assert c["accuracy_a"] == 0.6 and c["accuracy_b"] == 0.8 and c["difference"] == pytest.approx(0.2)
+    assert c["ci95"][0] < 0.2 < c["ci95"][1]
+    assert "+20.0 points" in capsys.readouterr().out
+
+
+def test_compare_refuses_other_problems_from_the_shell(tmp_path):
+    a = hand_records(tmp_path / "a.jsonl", [1, 0, 1])
+    b = hand_records(tmp_path / "b.jsonl", [1, 0])
+    r = subprocess.run([sys.executable, "evaluate.py", "compare", str(a), str(b)], capture_output=True, text=True,
+                       cwd=Path(E.__file__).parent)
+    assert r.returncode != 0 and "cover different problems" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "b.jsonl").write_text('{"id": "q0", "answer": "1", "correct": true}\n{"id": "q1", "answ\n')
+    with pytest.raises(ValueError, match="b.jsonl:2: not valid JSON"):
+        E.compare(a, tmp_path / "b.jsonl")
+
+
+def test_bad_datasets(tmp_path):
+    with pytest.raises(ValueError, match="unknown dataset 'math5000'; known: math500, math_train, gsm8k"):
+        E.main(["--dataset", "math5000"])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: missing or empty 'answer'"):
+        E.main(["--dataset", str(bad)])
+    bad.write_text('{"problem": "1+1?", "answer": "2"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not valid JSON"):
+        E.main(["--dataset", str(bad)])
