@@ -1,0 +1,309 @@
+"""Tests for verify.py: hand-labelled answer pairs, the MATH-500 references, extraction, rewards, the
+batch form, and adversarial (untrusted) model output."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import verify  # noqa: E402
+from verify import extract_answer, grade, grade_batch, is_equivalent, reward, reward_batch  # noqa: E402
+
+
+def rows(name):
+    return [json.loads(line) for line in (ROOT / 'data' / f'{name}.jsonl').read_text().splitlines()]
+
+# -----------------------------------------------------------------------------
+# hand-labelled pairs: (prediction, reference)
+
+EQUIVALENT = [
+    # integers, decimals, thousands separators, money
+    ('42', '42'), ('042', '42'), ('10,080', '10080'), ('10,\\!080', '10080'),
+    ('11,\\! 111,\\! 111,\\! 100', '11111111100'), ('1{,}000', '1000'), ('32348', '\\$32,\\!348'),
+    ('\\$18.90', '18.9'), ('3.0', '3'), ('.5', '0.5'), ('5.', '5'), ('$\\frac{1}{2}$', '\\frac12'),
+    # fractions, mixed numbers, scientific notation
+    ('0.5', '\\frac{1}{2}'), ('-0.75', '-\\frac{3}{4}'), ('1.25', '\\frac54'), ('\\frac{1}{2}', '\\dfrac12'),
+    ('\\tfrac{3}{4}', '\\frac 34'), ('\\frac9{19}', '\\frac{9}{19}'), ('\\frac{-24}{25}', '-\\frac{24}{25}'),
+    ('\\frac{6}{8}', '\\frac34'), ('3/4', '\\frac{3}{4}'), ('137.5', '137 \\frac{1}{2}'),
+    ('\\frac95', '1\\frac{4}{5}'), ('275/2', '137\\frac12'), ('6.72\\times10^{-5}', '.0000672'),
+    ('6.72e-5', '.0000672'), ('4.5\\times 10^{33}', '4.5e33'), ('4.5 \\cdot 10^{33}', '4.5e33'),
+    ('2.19\\times10^{6}', '2.19e6'), ('1500', '1.5e3'), ('3\\times10^8', '300000000'),
+    # relative tolerance: a decimal may be rounded (Minerva/OlympiadBench style)
+    ('0.33333', '\\frac13'), ('20.3901', '20.39'), ('3.1416', '\\pi'), ('.356251', '.35625'),
+    # units, degrees, percent, text (the question fixes the unit, so 30^\\circ and 30 are the same answer)
+    ('30^\\circ', '30'), ('30', '30^{\\circ}'), ('106\u00b0', '106^\\circ'), ('15', '15\\mbox{ cm}^2'),
+    ('864 \\mbox{ inches}^2', '864'), ('5.4', '5.4 \\text{ cents}'), ('10 dollars', '10'),
+    ('\\frac{270}{7}', '\\frac{270}7\\text{ degrees}'), ('17.5\\%', '17.5'), ('17.5%', '17.5\\%'),
+    ('C', '\\text{(C)}'), ('(C)', '\\text{(C)}'), ('\\textbf{(B)}', '\\text{(B)}'),
+    ('evelyn', '\\text{Evelyn}'), ('EAST', '\\text{east}'), ('No Solution', '\\text{no solution}'),
+    # base subscripts (the question fixes the base), variable prefixes
+    ('52_8', '52_{8}'), ('2220', '2220_{4}'), ('5', 'x=5'), ('x = 5', '5'), ('[-2, 7]', 'x \\in [-2,7]'),
+    ('k = 3', '3'), ('f(n) = n^2', 'n^2'),
+    # surds, powers, factorials
+    ('\\sqrt2', '\\sqrt{2}'), ('11\\sqrt{2}', '11\\sqrt2'), ('\\frac{1}{\\sqrt{3}}', '\\frac{\\sqrt{3}}{3}'),
+    ('\\sqrt{20}', '2\\sqrt{5}'), ('\\sqrt[3]{8}', '2'), ('\\sqrt{117}', '3\\sqrt{13}'),
+    ('\\sqrt{\\frac{21}{25}}', '\\frac{\\sqrt{21}}{5}'), ('11 + 11\\sqrt5', '11 \\sqrt{5} + 11'),
+    ('2^{10}', '1024'), ('(10^{20}+1)-10^{20}', '1'), ('\\sqrt[3]{-8}', '-2'), ('\\sqrt{-4}', '2i'), ('5!', '120'),
+    ('\\binom{5}{2}', '10'), ('|-3|', '3'), ('\\lfloor 3.7 \\rfloor', '3'),
+    # pi
+    ('\\pi/2', '\\frac{\\pi}{2}'), ('12 \\pi', '12\\pi'), ('2\\pi+18', '18+2\\pi'), ('-\\pi/6', '-\\frac{\\pi}{6}'),
+    ('20000\\pi^{-1}', '\\frac{20000}{\\pi}'),
+    # symbolic expressions
+    ('-q+p', 'p - q'), ('(b+2)(a+5)', '(a+5)(b+2)'), ('ab+2a+5b+10', '(a+5)(b+2)'), ('(x+1)^2', 'x^2+2x+1'),
+    ('\\frac{11}{20}+\\frac{9a}{20}', '\\frac{11+9a}{20}'), ('3 R^{2}', '3R^2'), ('2(3r^2-2r-12)', '6r^2-4r-24'),
+    ('\\frac{\\cos x}{\\sin x}', '\\cot x'), ('\\sin^2 x + \\cos^2 x', '1'), ('2\\sin x\\cos x', '\\sin(2x)'),
+    ('3\\ln 2', '\\ln 8'), ('\\log_2 8', '3'), ('e^{i\\pi}', '-1'),
+    ('(x-1)(x^4+x^2+1)', 'x^5 - x^4 + x^3 - x^2 + x - 1'),
+    ('x+1', '\\frac{x^2-1}{x-1}'), ('2(k+1)', '2k+2'), ('1+4n+8n^2', '8n^2 + 4n + 1'),
+    # complex numbers
+    ('6 - 5i', '6-5i'), ('-5i+6', '6 - 5i'), ('6-5\\mathrm{i}', '6-5i'), ('\\frac{5}{1-2i}', '1+2i'), ('i^2', '-1'),
+    ('(1+i)^2', '2i'),
+    # unordered lists, sets, \pm
+    ('-2,1', '1,-2'), ('7, 5, 3', '3, 5, 7'), ('\\{1,2\\}', '2,1'), ('x=1, x=-2', '-2, 1'),
+    ('1+\\sqrt{19}, 1-\\sqrt{19}', '1 \\pm \\sqrt{19}'), ('1 \\pm \\sqrt{19}', '1-\\sqrt{19},1+\\sqrt{19}'),
+    ('-2, 1+\\sqrt5, 1-\\sqrt5', '\\{1\\pm\\sqrt{5},-2\\}'), ('3, -3', '\\pm 3'),
+    ('3-2\\sqrt2, 3+2\\sqrt2', '3 \\pm 2 \\sqrt{2}'), ('1 \\text{ and } 2', '1, 2'),
+    # ordered tuples and points
+    ('(3, \\frac{\\pi}{2})', '\\left( 3, \\frac{\\pi}{2} \\right)'),
+    ('(1.5, -13)', '\\left( \\frac{3}{2}, -13 \\right)'),
+    ('(1, -16, -4, 43)', '(1,-16,-4,43)'), ('(2, \\sqrt{4})', '(2,2)'),
+    # intervals and unions
+    ('(-\\infty,0]', '(-\\infty, 0]'), ('(3,\\infty)\\cup(-\\infty,2)', '(-\\infty, 2) \\cup (3, \\infty)'),
+    ('(0.6, \\frac{8}{3}]', '\\left(\\frac{3}{5},\\frac{8}{3}\\right]'),
+    ('(-\\sqrt3,\\sqrt3)', '(-\\sqrt{3}, \\sqrt{3})'),
+    ('[\\frac{\\pi^2}{8}, \\frac{5\\pi^2}{4}]', '\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi^2}{4} \\right]'),
+    ('\\mathbb{R}', '(-\\infty,\\infty)'),
+    # matrices and vectors
+    ('\\begin{bmatrix}-1&0\\\\0&-1\\end{bmatrix}', '\\begin{pmatrix} -1 & 0 \\\\ 0 & -1 \\end{pmatrix}'),
+    ('\\begin{pmatrix} 0.2 \\\\ -3.6 \\end{pmatrix}', '\\begin{pmatrix} 1/5 \\\\ -18/5 \\end{pmatrix}'),
+    ('(-2,-14,-7)', '\\begin{pmatrix} -2 \\\\ -14 \\\\ -7 \\end{pmatrix}'),
+    ('\\begin{pmatrix} \\frac{16}{49} \\\\ \\frac{48}{49} \\\\ \\frac{24}{49} \\end{pmatrix}',
+     '\\begin{pmatrix} 16/49 \\\\ 48/49 \\\\ 24/49 \\end{pmatrix}'),
+    ('\\begin{pmatrix} 2-1 & 0 \\\\ 0 & 1 \\end{pmatrix}', '\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}'),
+    # equations
+    ('y=3+2x', 'y = 2x + 3'), ('2x - y + 3 = 0', 'y = 2x + 3'), ('2y = 4x + 6', 'y = 2x + 3'),
+    ('-5x + 7y - 11z - 4 = 0', '5x - 7y + 11z + 4 = 0'), ('2x+y=0', 'y = -2x'), ('2x+3', 'y = 2x + 3'),
+]
+
+NOT_EQUIVALENT = [
+    # integers and decimals: exact numbers never get a tolerance
+    ('43', '42'), ('-42', '42'), ('10081', '10,080'), ('11111111101', '11,\\!111,\\!111,\\!100'),
+    ('13536', '13535'), ('1', '0'), ('0', '0.001'), ('18.8', '\\$18.90'),
+    # decimals outside the relative tolerance
+    ('0.5001', '\\frac12'), ('0.3', '\\frac13'), ('0.333', '\\frac13'), ('1.4', '\\sqrt2'), ('3.14', '\\pi'),
+    ('20.4', '20.39'), ('.35626', '.35625'), ('4.6e33', '4.5e33'), ('4.5e32', '4.5e33'), ('6.73e-5', '.0000672'),
+    # fractions and mixed numbers
+    ('\\frac{2}{3}', '\\frac{3}{2}'), ('\\frac{1}{2}', '\\frac{1}{3}'), ('-\\frac{24}{25}', '\\frac{24}{25}'),
+    ('\\frac{271}{7}', '\\frac{270}7\\text{ degrees}'), ('137\\frac{1}{3}', '137\\frac{1}{2}'),
+    ('\\frac{1}{2}', '1\\frac{1}{2}'), ('\\frac{4}{5}', '1\\frac{4}{5}'),
+    # units, degrees, percent, text
+    ('31^\\circ', '30^\\circ'), ('16', '15\\mbox{ cm}^2'), ('5.5', '5.4 \\text{ cents}'), ('17.6\\%', '17.5\\%'),
+    ('\\text{(B)}', '\\text{(C)}'), ('D', '\\text{(C)}'), ('\\text{Navin}', '\\text{Evelyn}'),
+    ('west', '\\text{east}'), ('odd', '\\text{even}'), ('\\text{hyperbola}', '\\text{ellipse}'),
+    ('\\text{no answer}', '5'), ('5', '\\text{(C)}'), ('', '5'),
+    # base subscripts and prefixes
+    ('53_8', '52_8'), ('x=6', 'x=5'), ('6', 'x = 5'), ('[-2,7)', 'x \\in [-2,7]'),
+    # surds, powers, factorials
+    ('\\sqrt3', '\\sqrt{2}'), ('12\\sqrt2', '11\\sqrt2'), ('\\frac{\\sqrt{3}}{2}', '\\frac{\\sqrt{3}}{3}'),
+    ('\\sqrt{10}', '2\\sqrt{5}'), ('\\sqrt[3]{9}', '2'), ('\\sqrt{39}', '3\\sqrt{13}'), ('2^{11}', '1024'),
+    ('6!', '120'), ('\\binom{5}{3}', '5'),
+    # pi
+    ('\\frac{\\pi}{3}', '\\frac{\\pi}{2}'), ('12', '12\\pi'), ('18-2\\pi', '18+2\\pi'), ('\\pi/6', '-\\frac{\\pi}{6}'),
+    # symbolic expressions
+    ('p+q', 'p - q'), ('q-p', 'p - q'), ('P-Q', 'p - q'), ('(a+5)(b+3)', '(a+5)(b+2)'), ('ab+10', '(a+5)(b+2)'),
+    ('x^2+1', '(x+1)^2'), ('3r^2', '3R^2'), ('\\tan x', '\\cot x'), ('2\\sin x', '\\sin(2x)'), ('2\\ln 2', '\\ln 8'),
+    ('\\log_2 8', '2'), ('x^5 - x^4 + x^3 - x^2 + x + 1', 'x^5 - x^4 + x^3 - x^2 + x - 1'),
+    ('x^8+x^7+x^6+x^5+x^4+x^3+x^2+x', 'x^8 + x^7 + x^6 + x^5 + x^4 + x^3 + x^2 + x + 1'),
+    ('2k+1', '2k+2'), ('8n^2+4n-1', '8n^2 + 4n + 1'), ('k', '2k'), ('x', '5'),
+    ('\\frac{11+9a}{21}', '\\frac{11+9a}{20}'),
+    # complex numbers
+    ('6+5i', '6-5i'), ('-6-5i', '6-5i'), ('1-2i', '\\frac{5}{1-2i}'), ('i', '-1'), ('5i', '5'),
+    # lists, sets, \pm
+    ('1, 2', '-2,1'), ('1', '1,-2'), ('1,-2,3', '1,-2'), ('3,5', '3, 5, 7'), ('1+\\sqrt{19}', '1 \\pm \\sqrt{19}'),
+    ('1+\\sqrt{19}, 1+\\sqrt{19}', '1\\pm\\sqrt{19}'), ('1\\pm\\sqrt{5}', '\\{1\\pm\\sqrt{5},-2\\}'),
+    ('2, -3', '\\pm 3'), ('3\\pm\\sqrt{2}', '3 \\pm 2 \\sqrt{2}'),
+    # ordered tuples
+    ('(1,2)', '(2,1)'), ('(6,-1)', '(-1,6)'), ('(3, \\frac{\\pi}{3})', '\\left( 3, \\frac{\\pi}{2} \\right)'),
+    ('(1,-16,-4)', '(1,-16,-4,43)'), ('(15,29)', '(15,-29)'),
+    # intervals and unions: the ends matter
+    ('(-\\infty, 0)', '(-\\infty, 0]'), ('[3,4]', '(3,4]'), ('(3,4)', '(3,4]'), ('(2,\\infty)', '[2,\\infty)'),
+    ('(-\\infty,2)\\cup(3,\\infty)', '(-\\infty, 2] \\cup (3, \\infty)'),
+    ('(-\\infty, 3) \\cup (2, \\infty)', '(-\\infty, 2) \\cup (3, \\infty)'), ('(2,\\infty)', '(2,12) \\cup (12,102)'),
+    ('(0,36)', '(0,9) \\cup (9,36)'), ('\\infty', '-\\infty'),
+    # matrices and vectors
+    ('\\begin{pmatrix} 1 & 0 \\\\ 0 & -1 \\end{pmatrix}', '\\begin{pmatrix} -1 & 0 \\\\ 0 & -1 \\end{pmatrix}'),
+    ('\\begin{pmatrix} -1 & 0 & 0 \\\\ 0 & -1 & 0 \\end{pmatrix}',
+     '\\begin{pmatrix} -1 & 0 \\\\ 0 & -1 \\end{pmatrix}'),
+    ('\\begin{pmatrix} -7 \\\\ 16 \\end{pmatrix}', '\\begin{pmatrix} -7 \\\\ 16 \\\\ 5 \\end{pmatrix}'),
+    ('(-7,16,-5)', '\\begin{pmatrix} -7 \\\\ 16 \\\\ 5 \\end{pmatrix}'),
+    ('\\begin{pmatrix} 1/5 \\\\ 18/5 \\end{pmatrix}', '\\begin{pmatrix} 1/5 \\\\ -18/5 \\end{pmatrix}'),
+    # equations
+    ('y = 2x - 3', 'y = 2x + 3'), ('y = 3x + 2', 'y = 2x + 3'), ('x = 2y + 3', 'y = 2x + 3'),
+    ('5x - 7y + 11z - 4 = 0', '5x - 7y + 11z + 4 = 0'), ('y=2x', 'y = -2x'), ('2x+3=0', 'y = 2x + 3'),
+]
+
+
+@pytest.mark.parametrize('pred,ref', EQUIVALENT)
+def test_equivalent(pred, ref):
+    assert is_equivalent(pred, ref)
+
+
+@pytest.mark.parametrize('pred,ref', NOT_EQUIVALENT)
+def test_not_equivalent(pred, ref):
+    assert not is_equivalent(pred, ref)
+
+
+def test_table_size():
+    assert len(EQUIVALENT) >= 100 and len(NOT_EQUIVALENT) >= 100
+
+# -----------------------------------------------------------------------------
+# the data sets' own references
+
+
+def test_math500_references():
+    bad = []
+    for row in rows('math500'):
+        ref, boxed = row['answer'], extract_answer(row['solution'])
+        if not is_equivalent(ref, ref) or boxed is None or not is_equivalent(boxed, ref):
+            bad.append((ref, boxed))
+    assert not bad
+
+
+def test_dollar_wrapped_and_decimal_references():
+    for row in rows('olympiadbench') + rows('minerva'):
+        assert is_equivalent(row['answer'], row['answer'])
+    assert is_equivalent('\\frac{1}{2}', '$\\frac{1}{2}$') and is_equivalent('69, 84', '$69$,$84$')
+    assert is_equivalent('4.5001e33', '4.5e33') and not is_equivalent('4.6e33', '4.5e33')
+    assert is_equivalent('0.334', '0.33', rel_tol=0.02) and not is_equivalent('0.334', '0.33')
+
+# -----------------------------------------------------------------------------
+# extraction, rewards, batch
+
+
+@pytest.mark.parametrize('text,want', [
+    ('so \\boxed{\\frac{1}{2}}.', '\\frac{1}{2}'),
+    ('\\boxed{\\left\\{ 1, 2 \\right\\}}', '\\left\\{ 1, 2 \\right\\}'),
+    ('\\boxed{{a}^{b_{c}}}', '{a}^{b_{c}}'),
+    ('The answer is $\\boxed 5$.', '5'),
+    ('\\boxed {7}', '7'),
+    ('\\fbox{12}', '12'),
+    ('first \\boxed{1}, then \\boxed{2}', '2'),
+    ('\\boxed{1} and finally \\fbox{3}', '3'),
+    ('no box here: 42', None),
+    ('\\boxed{}', None),
+    ('\\boxed{1} then \\boxed{\\frac{2}{3}', None),  # the last box is cut off
+    ('\\boxedfoo{3}', None),
+    (None, None),
+])
+def test_extract_answer(text, want):
+    assert extract_answer(text) == want
+
+
+def test_reward_values():
+    assert reward('so the answer is \\boxed{\\frac12}', '0.5') == 1.0
+    assert reward('so the answer is \\boxed{3}', '0.5') == 0.0
+    assert reward('so the answer is 0.5', '0.5') == -0.2
+    assert reward('\\boxed{0.5', '0.5') == -0.2
+    assert reward('nothing', '0.5', format_penalty=0.5) == -0.5
+    assert grade('\\boxed{x = 5}', '5') and not grade('x = 5', '5')
+
+
+def test_batch_matches_single():
+    pairs = [('\\boxed{1}', '1'), ('\\boxed{2}', '1'), ('no box', '1'),
+             ('\\boxed{\\frac{\\sqrt3}{3}}', '\\frac{1}{\\sqrt3}'),
+             ('\\boxed{1,-2}', '-2,1'), ('\\boxed{(1,2)}', '(2,1)'), ('\\boxed{1}', '1'), ('\\boxed{2x+3}', 'y=2x+3')]
+    responses, refs = zip(*pairs)
+    assert grade_batch(responses, refs) == [grade(x, r) for x, r in pairs]
+    assert reward_batch(responses, refs) == [reward(x, r) for x, r in pairs]
+    with pytest.raises(ValueError):
+        grade_batch(['\\boxed{1}'], [])
+
+
+def test_plain_numbers_never_start_the_worker():
+    verify._stop_worker()
+    responses = [f'\\boxed{{{x}}}' for x in ('3', '0.5', '\\frac{3}{4}', '-7', '1,000', '2.5e3', '30^\\circ')]
+    refs = ['3', '\\frac12', '0.75', '7', '1000', '2500', '30']
+    assert grade_batch(responses, refs) == [True, True, True, False, True, True, True]
+    assert verify._worker is None
+
+
+def test_import_does_not_start_the_worker():
+    code = 'import verify, sys; sys.exit(verify._worker is not None)'
+    assert subprocess.run([sys.executable, '-c', code], cwd=ROOT).returncode == 0
+
+# -----------------------------------------------------------------------------
+# untrusted output: fast, no side effects, no exceptions
+
+LIMIT = 1.0
+MARKER = Path('/tmp/pwned')
+
+
+def adversarial(tmp):
+    touch = f"__import__('os').system('touch {tmp}/pwned')"
+    return [
+        touch, f'\\boxed{{{touch}}}', "\\boxed{__import__('os').system('touch /tmp/pwned')}",
+        f'\\boxed{{eval("{touch}")}}', f'\\boxed{{exec("{touch}")}}', "\\boxed{lambda: open('/etc/passwd').read()}",
+        '\\boxed{().__class__.__bases__[0].__subclasses__()}', "\\boxed{Symbol('x').__class__}",
+        '\\boxed{\\input{/etc/passwd}}', '\\boxed{\\write18{touch /tmp/pwned}}',
+        '\\boxed{9^{9^{9^9}}}', '\\boxed{10^{10^{10}}}', '\\boxed{2^{2^{2^{2^{2^{2}}}}}}', '\\boxed{(10^{10^{10}})!}',
+        '\\boxed{1000000!}', '\\boxed{10^{1000000}}', '\\boxed{1e1000000}', '\\boxed{x^{10^{9}}}',
+        '\\boxed{(x+1)^{99999}}',
+        '\\boxed{\\sqrt[0.00001]{10}}', '\\boxed{\\binom{10^{9}}{5}}', '\\boxed{\\sin(10^{9999})}',
+        '\\boxed{' + '10^{999}\\cdot' * 80 + '1}', '\\boxed{\\frac{1}{0}}', '\\boxed{0^{-1}}',
+        'a' * 1_000_000 + '\\boxed{5}', '\\boxed{' + '1' * 1_000_000 + '}', '\\boxed{' + 'x+' * 400_000 + '1}',
+        '\\boxed{' + '{' * 10_000 + '1' + '}' * 10_000 + '}', '\\boxed{' + '(' * 10_000 + '1' + ')' * 10_000 + '}',
+        '\\boxed{' + '{' * 400 + '1' + '}' * 400 + '}', '\\boxed{' + '-' * 900 + '1}',
+        '\\boxed{' + '{' * 10_000, '\\boxed{1}}}}}}', '}}}{{{\\boxed{', '\\boxed{\\frac{1}{2}',
+        '\\boxed{1\x002}', '\x00' * 1000 + '\\boxed{\x00}', '\\boxed{\ud800}', 'abc\udfff\\boxed{5\ud800}',
+        '\\boxed{\\text{\ud83d}}', b'\\boxed{5}', None, 12345,
+    ]
+
+
+@pytest.fixture(scope='module')
+def warm_worker():
+    assert is_equivalent('x+1', '1+x')  # start-up is not part of a check's time limit
+
+
+@pytest.mark.parametrize('i', range(len(adversarial('/tmp'))))
+def test_adversarial(i, tmp_path, warm_worker):
+    response = adversarial(tmp_path)[i]
+    pwned_before = MARKER.exists()
+    for ref in ('5', '0', 'x', '10^{1000000}'):
+        is_equivalent('x+1', '1+x')  # make sure a restarted worker is up before timing
+        start = time.monotonic()
+        value = reward(response, ref, timeout=LIMIT)
+        assert time.monotonic() - start < LIMIT + 0.5
+        assert value in (1.0, 0.0, -0.2)
+    assert grade_batch([response], ['5'], timeout=LIMIT) == [grade(response, '5', timeout=LIMIT)]
+    assert not (tmp_path / 'pwned').exists()
+    assert MARKER.exists() == pwned_before
+
+
+def test_stuck_worker_is_killed(tmp_path, monkeypatch):
+    """A worker stuck in C code (here: sleeping) costs one time limit, then is killed and replaced."""
+    pids = tmp_path / 'pids'
+    script = (f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); "
+              "print('ready', flush=True); time.sleep(60)")
+    verify._stop_worker()
+    monkeypatch.setattr(verify, '_WORKER_CMD', [sys.executable, '-c', script])
+    start = time.monotonic()
+    assert not is_equivalent('x+1', '1+x', timeout=0.5)
+    assert time.monotonic() - start < 1.5
+    verify._stop_worker()  # the replacement started after the kill
+    monkeypatch.undo()
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):  # killed and reaped: not even a zombie
+            os.kill(pid, 0)
+    assert is_equivalent('x+1', '1+x')
+
+
+def test_parser_whitelist():
+    for s in ["__import__('os')", '\\input{x}', 'os.system', 'x.y', 'lambda', "'a'", '1;2', '-.', '\\eval{1}']:
+        assert verify.parse_latex(s) is None, s
+    assert verify.parse_latex('\\frac{1}{2}+3x^2\\sqrt[3]{y}-\\sin\\theta') is not None
