@@ -336,6 +336,16 @@ def plain_model(policy):
     return plain
 
 
+def make_rollout_model(policy, device):
+    """CPU: sample from the fp32 policy itself. GPU: from a bf16 copy, refreshed after every update."""
+    return policy if not device.startswith("cuda") else plain_model(policy).to(torch.bfloat16).eval()
+
+
+def refresh_rollout_model(rollout_model, policy):
+    if rollout_model is not policy:
+        rollout_model.load_state_dict(plain_model(policy).state_dict())
+
+
 def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg):
     """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON), atomically."""
     from safetensors.torch import save_file
@@ -449,22 +459,25 @@ def train(cfg):
             policy.load_state_dict(M.load_model(ckpt, torch.float32, device).state_dict())
         start_step = load_trainer_state(ckpt, policy, optimizer)
         print(f"resumed from {ckpt} after step {start_step}")
+    rollout_model = make_rollout_model(policy, device)
     truncate_jsonl(run_dir / "metrics.jsonl", start_step)
     truncate_jsonl(run_dir / "samples.jsonl", start_step)
     print(f"training on {len(train_set)} problems ({cfg.dataset}), validation {len(val_set)}, "
           f"{count_params(policy)} trainable parameters, device {device}")
 
     if test_set and start_step == 0:
-        acc, _ = evaluate_accuracy(policy, tokenizer, test_set, cfg)
+        acc, _ = evaluate_accuracy(rollout_model, tokenizer, test_set, cfg)
         log_line(run_dir / "metrics.jsonl", dict(step=0, test_accuracy=acc))
         print(f"test accuracy before training ({cfg.test_dataset}): {acc:.3f}")
     totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
     t_start, step = time.time(), start_step
     try:
         for step in range(start_step, cfg.steps):
-            metrics = train_step(policy, reference, optimizer, tokenizer, train_set, cfg, step, device, run_dir, totals)
+            metrics = train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set, cfg, step, device,
+                                 run_dir, totals)
+            refresh_rollout_model(rollout_model, policy)
             if cfg.eval_every and val_set and (step + 1) % cfg.eval_every == 0:
-                metrics["val_accuracy"], _ = evaluate_accuracy(policy, tokenizer, val_set, cfg)
+                metrics["val_accuracy"], _ = evaluate_accuracy(rollout_model, tokenizer, val_set, cfg)
             log_line(run_dir / "metrics.jsonl", metrics)
             print_progress(metrics, cfg, time.time() - t_start, step + 1 - start_step)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
@@ -481,7 +494,7 @@ def train(cfg):
     shutil.copytree(run_dir / "checkpoints" / f"step_{cfg.steps}", final,
                     ignore=shutil.ignore_patterns("trainer_state.*"))
     if test_set:
-        acc, _ = evaluate_accuracy(policy, tokenizer, test_set, cfg)
+        acc, _ = evaluate_accuracy(rollout_model, tokenizer, test_set, cfg)
         log_line(run_dir / "metrics.jsonl", dict(step=cfg.steps, test_accuracy=acc))
         print(f"test accuracy after training ({cfg.test_dataset}): {acc:.3f}")
     print(f"done: {run_dir}")
@@ -492,14 +505,13 @@ def count_params(policy):
     return sum(p.numel() for p in policy.parameters() if p.requires_grad)
 
 
-def train_step(policy, reference, optimizer, tokenizer, train_set, cfg, step, device, run_dir, totals):
+def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set, cfg, step, device, run_dir, totals):
     """One step: problems -> rollouts -> rewards -> advantages -> update; returns the step's metrics."""
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, cfg)
     batch = [train_set[i] for i in problems_for_step(len(train_set), step, cfg.problems_per_step, cfg.seed)]
     t0 = time.time()
-    with autocast(device):
-        rollouts = collect_rollouts(policy, tokenizer, batch, cfg, step)
+    rollouts = collect_rollouts(rollout_model, tokenizer, batch, cfg, step)
     t1 = time.time()
     rewards = score_rollouts(rollouts, cfg)  # (P, G)
     advantages = OBJECTIVES[cfg.objective].advantages(rewards)  # (P, G)

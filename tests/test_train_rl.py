@@ -234,3 +234,27 @@ def test_problem_order_is_a_function_of_the_step():
     flat = [i for d in draws for i in d]
     assert sorted(flat[:5]) == list(range(5)) and sorted(flat[5:10]) == list(range(5))  # each epoch a permutation
     assert draws == [T.problems_for_step(5, s, 2, seed=3) for s in range(5)]
+
+
+def test_gpu_rollout_copy_is_bf16_and_tracks_the_policy(char_model_dir):
+    # the CUDA path samples from a bf16 copy; its construction and refresh are device-independent
+    for rank in (0, 4):
+        policy = M.load_model(char_model_dir, device="cpu")
+        if rank:
+            T.lora.add_lora(policy, rank, 8.0)
+        rollout = T.make_rollout_model(policy, "cuda")
+        assert rollout is not policy and rollout.lm_head.weight.dtype == torch.bfloat16
+        assert T.make_rollout_model(policy, "cpu") is policy
+        ids = torch.randint(1, 90, (2, 10))
+        with torch.no_grad():
+            stale = rollout(ids).float()
+        with torch.no_grad():  # an "update" of the trainable weights
+            for p in policy.parameters():
+                if p.requires_grad:
+                    p.add_(0.05 * torch.randn_like(p))
+        T.refresh_rollout_model(rollout, policy)
+        with torch.no_grad():
+            fresh, target = rollout(ids).float(), policy(ids)
+        # equal up to bf16 rounding, far closer than the copy taken before the update
+        assert (fresh - target).abs().max() < 0.2 * (stale - target).abs().max()
+        assert rollout.lm_head.weight.dtype == torch.bfloat16

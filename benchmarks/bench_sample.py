@@ -1,0 +1,107 @@
+"""
+Sampler throughput, ours against transformers' `generate`, side by side in one run.
+
+For the Qwen3-0.6B shape with random bf16 weights on the CPU (2 threads): prompts of 128 tokens, 64 new
+tokens, batch 1, 8 and 32; new tokens/s for both, the ratio, and our batch-1 decode as a fraction of the
+memory-bandwidth limit (weight bytes read per step against a measured copy bandwidth).
+
+    python benchmarks/bench_sample.py            # the full figure set (a few minutes)
+    python benchmarks/bench_sample.py --quick    # a small shape, seconds
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import model as M  # noqa: E402
+from sample import generate  # noqa: E402
+
+
+def copy_bandwidth(nbytes=512 * 2**20, repeats=5):
+    """Bytes/s of a large tensor copy (read + write counted), the best of a few repeats."""
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = min(timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    return 2 * nbytes / best
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def build_pair(config, dtype):
+    """transformers' Qwen3ForCausalLM with random weights, and ours sharing the very same tensors."""
+    import transformers
+    hc = transformers.Qwen3Config(**{k: v for k, v in config.to_hf_dict().items() if k != "torch_dtype"})
+    torch.manual_seed(0)
+    ref = transformers.Qwen3ForCausalLM(hc).to(dtype).eval()
+    with torch.device("meta"):
+        ours = M.Qwen3(config)
+    ours.load_state_dict(ref.state_dict(), assign=True)
+    if config.tie_word_embeddings:
+        ours.lm_head.weight = ours.model.embed_tokens.weight
+    return ours.eval(), ref
+
+
+def run_ours(model, prompts, new_tokens):
+    out = generate(model, prompts, new_tokens, temperature=0)
+    assert all(len(o.tokens) == new_tokens for o in out)
+
+
+def run_transformers(ref, prompts, new_tokens):
+    with torch.inference_mode():
+        out = ref.generate(torch.tensor(prompts), attention_mask=torch.ones(len(prompts), len(prompts[0]), dtype=torch.long),
+                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    assert out.shape[1] == len(prompts[0]) + new_tokens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a small model shape for a fast smoke run")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per setting (median reported)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick else M.Qwen3Config()
+    ours, ref = build_pair(config, torch.bfloat16)
+    print(f"Qwen3 shape: {M.count_parameters(config) / 1e6:.1f}M parameters, bf16, {args.threads} threads; "
+          f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy")
+    g = torch.Generator().manual_seed(0)
+    print(f"{'batch':>5} {'ours tok/s':>11} {'transformers tok/s':>19} {'ratio':>6}")
+    results = {}
+    for batch in args.batches:
+        prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len), generator=g).tolist()
+        run_ours(ours, prompts[:1], 2)  # warm-up
+        run_transformers(ref, prompts[:1], 2)
+        t_ours = statistics.median(timed(lambda: run_ours(ours, prompts, args.new_tokens)) for _ in range(args.repeats))
+        t_ref = statistics.median(timed(lambda: run_transformers(ref, prompts, args.new_tokens)) for _ in range(args.repeats))
+        n = batch * args.new_tokens
+        results[batch] = (n / t_ours, n / t_ref)
+        print(f"{batch:>5} {n / t_ours:>11.1f} {n / t_ref:>19.1f} {t_ref / t_ours:>5.2f}x", flush=True)
+
+    # batch-1 decode against the bandwidth limit: every step reads every matmul weight once
+    matmul_weights = M.flops_per_token(config, 0) // 2  # forward FLOPs are 2 per matmul weight
+    weight_bytes = 2 * matmul_weights  # bf16
+    bw = copy_bandwidth()
+    prompts = torch.randint(0, config.vocab_size, (1, args.prompt_len), generator=g).tolist()
+    t_long = timed(lambda: run_ours(ours, prompts, args.new_tokens + 1))
+    t_short = timed(lambda: run_ours(ours, prompts, 1))  # prefill + first token
+    decode_rate = args.new_tokens / (t_long - t_short)
+    limit = bw / weight_bytes
+    print(f"batch-1 decode: {decode_rate:.1f} tok/s; copy bandwidth {bw / 1e9:.1f} GB/s over {weight_bytes / 1e9:.2f} GB "
+          f"of weights per step -> limit {limit:.1f} tok/s; ours at {decode_rate / limit:.0%} of it")
+
+
+if __name__ == "__main__":
+    main()
