@@ -133,11 +133,8 @@ def read_records(path, partial_tail_ok=False):
     for lineno, line in enumerate(lines if partial_tail_ok else lines + [tail], 1):
         if not line.strip():
             continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-        if not isinstance(r, dict) or "id" not in r or "correct" not in r:
+        r = P.parse_json_line(path, lineno, line)
+        if "id" not in r or "correct" not in r:
             raise ValueError(f"{path}:{lineno}: not an evaluation record (needs 'id' and 'correct')")
         if r["id"] in seen:
             raise ValueError(f"{path}:{lineno}: id {r['id']!r} was already recorded on line {seen[r['id']]}")
@@ -369,24 +366,17 @@ def read_responses(path, problems):
     path, groups = Path(path), {p["id"]: [] for p in problems}
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such responses file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("response"), str):
-                raise ValueError(f"{path}:{lineno}: each row needs 'id' and 'response' (a string)")
-            if row["id"] not in groups:
-                raise ValueError(f"{path}:{lineno}: unknown id {row['id']!r}: not a problem of this data set "
-                                 f"(or beyond --limit)")
-            if row.get("finish_reason") not in (None, "stop", "length") or \
-                    not isinstance(row.get("completion_tokens", 0), int):
-                raise ValueError(f"{path}:{lineno}: finish_reason must be 'stop' or 'length', completion_tokens "
-                                 f"an integer")
-            groups[row["id"]].append(row)
+    for lineno, row in P.read_jsonl(path):
+        if "id" not in row or not isinstance(row.get("response"), str):
+            raise ValueError(f"{path}:{lineno}: each row needs 'id' and 'response' (a string)")
+        if row["id"] not in groups:
+            raise ValueError(f"{path}:{lineno}: unknown id {row['id']!r}: not a problem of this data set "
+                             f"(or beyond --limit)")
+        if row.get("finish_reason") not in (None, "stop", "length") or \
+                not isinstance(row.get("completion_tokens", 0), int):
+            raise ValueError(f"{path}:{lineno}: finish_reason must be 'stop' or 'length', completion_tokens "
+                             f"an integer")
+        groups[row["id"]].append(row)
     missing = [i for i, g in groups.items() if not g]
     if missing:
         raise ValueError(f"{path}: no response for {len(missing)} of {len(groups)} problems (e.g. {missing[0]!r}); "

@@ -47,29 +47,39 @@ def dataset_path(name_or_path):
                      f"file with 'problem' and 'answer' fields")
 
 
+def parse_json_line(path, lineno, line):
+    """One JSON object from one line of a JSONL file; errors name the file and line."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def read_jsonl(path):
+    """(line number, object) for every non-blank line of a JSONL file."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                yield lineno, parse_json_line(path, lineno, line)
+
+
 def load_problems(name_or_path, limit=None):
     """Rows of a dataset as dicts with at least id, source, problem, answer (errors name file and line)."""
     path = dataset_path(name_or_path)
     name = name_or_path if name_or_path in DATASETS else path.stem
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            for key in ("problem", "answer"):
-                if not isinstance(row.get(key), str) or not row[key].strip():
-                    raise ValueError(f"{path}:{lineno}: missing or empty {key!r} field")
-            row.setdefault("id", f"{name}/{lineno - 1:05d}")
-            row.setdefault("source", name)
-            rows.append(row)
-            if limit is not None and len(rows) >= limit:
-                break
+    for lineno, row in read_jsonl(path):
+        for key in ("problem", "answer"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise ValueError(f"{path}:{lineno}: missing or empty {key!r} field")
+        row.setdefault("id", f"{name}/{lineno - 1:05d}")
+        row.setdefault("source", name)
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
     if not rows:
         raise ValueError(f"{path}: no problems")
     return rows

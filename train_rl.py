@@ -97,7 +97,7 @@ class Config:
 
 # The embedded tiny world has its own settings (tiny.py): used with --model tiny unless a flag overrides.
 TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_dataset="tiny_val",
-                     test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8, max_new_tokens=48,
+                     test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8, max_new_tokens=64,
                      lr=1e-4, eval_every=20, save_every=20)
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out"}
