@@ -11,10 +11,14 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
+
+For training speed and memory, RMSNorm, RoPE and the LM-head log-probs (`token_logprobs`) are
+autograd Functions with hand-written backward passes: fewer full-size ops and fewer saved activations
+than autograd through the formulas (benchmarks/bench_model.py; tests/test_model.py checks each against
+finite differences and the whole model against transformers).
 """
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -78,12 +82,12 @@ class Qwen3Config:
             kwargs["rope_theta"] = rope["rope_theta"]
         if "dtype" in d and d["dtype"]:  # transformers 5 renamed torch_dtype -> dtype
             kwargs["torch_dtype"] = str(d["dtype"]).replace("torch.", "")
-        if "head_dim" not in d:
-            kwargs["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
         missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                               "num_attention_heads", "num_key_value_heads") if k not in d]
+                               "num_attention_heads", "num_key_value_heads") if d.get(k) is None]
         if missing:
             raise ValueError(f"{source}: missing required keys {missing}")
+        if d.get("head_dim") is None:
+            kwargs["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
         config = cls(**kwargs)
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError(f"{source}: num_attention_heads={config.num_attention_heads} is not a multiple "
@@ -168,6 +172,38 @@ class KVCache:
 # The model
 
 
+class RMSNormFunction(torch.autograd.Function):
+    """y = w * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), with a hand-written backward.
+
+    Autograd through the textbook formula runs ~19 full-size ops and keeps an fp32 copy of x for backward;
+    this runs 3 forward and 6-7 backward ops in x's dtype and keeps only x_hat = x * rstd. The mean square
+    is accumulated in fp32, then rstd is rounded to x's dtype so no full-size fp32 copy is made: in bf16
+    a per-row scale error of at most 2^-9 (one bf16 rounding; the tests check the bf16 path is as
+    accurate as transformers'), in fp32 exactly the reference formula.
+    `weight` is (D,) or, for the joint q/k norm, (heads, D).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        acc = torch.promote_types(x.dtype, torch.float32)
+        ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=acc).square_().div_(x.shape[-1])
+        rstd = ms.add_(eps).rsqrt_().to(x.dtype)  # (..., 1)
+        x_hat = x * rstd
+        ctx.save_for_backward(x_hat, weight, rstd)
+        return x_hat * weight
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x_hat, weight, rstd = ctx.saved_tensors
+        gy_x_hat = grad_y * x_hat
+        grad_w = gy_x_hat.sum(tuple(range(grad_y.dim() - weight.dim())))
+        # dL/dx = rstd * (g - x_hat * mean(g * x_hat)) with g = dL/dx_hat = grad_y * w, since
+        # d x_hat / dx = rstd * (I - x_hat x_hat^T / D); sum(g * x_hat) is a matrix-vector product for a (D,) w
+        dot = gy_x_hat @ weight if weight.dim() == 1 else (gy_x_hat * weight).sum(-1)
+        g = grad_y * weight
+        return g.addcmul_(x_hat, dot.unsqueeze(-1).div_(-x_hat.shape[-1])).mul_(rstd), grad_w, None
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps):
         super().__init__()
@@ -175,23 +211,43 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        # normalize in fp32 for stability in bf16, as the reference implementation does
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return RMSNormFunction.apply(x, self.weight, self.eps)
 
 
 def rope_cos_sin(positions, head_dim, theta, dtype):
-    """Rotary embedding tables (Su et al. 2021, RoFormer) for positions (B, T) -> (B, 1, T, head_dim)."""
+    """Rotary tables (Su et al. 2021, RoFormer) for positions (B, T) -> cos, sin of shape (B, T, 1, head_dim).
+
+    Qwen rotates the two halves of a head (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), not adjacent pairs;
+    the returned sin carries that sign (-sin on the first half) so apply_rope is x * cos + swap(x) * sin.
+    """
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
     angles = positions[..., None].float() * inv_freq  # (B, T, head_dim/2)
-    angles = torch.cat([angles, angles], dim=-1)[:, None]  # Qwen rotates the two halves, not pairs
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([cos, cos], -1)[:, :, None].to(dtype), torch.cat([-sin, sin], -1)[:, :, None].to(dtype)
 
 
-def apply_rope(x, cos, sin):  # x: (B, H, T, D)
+def _swap_halves(x):
     x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return torch.cat([x2, x1], dim=-1)
+
+
+class RotaryFunction(torch.autograd.Function):
+    """y = x * cos + swap_halves(x) * sin in 3 ops each way (autograd on the formula takes ~10) and no saved
+    activations: swapping halves is its own transpose, so dL/dx = g * cos + swap_halves(g * sin)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return (x * cos).addcmul_(_swap_halves(x), sin)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        cos, sin = ctx.saved_tensors
+        return _swap_halves(grad_y * sin).addcmul_(grad_y, cos), None, None
+
+
+def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
+    return RotaryFunction.apply(x, cos, sin)
 
 
 class Attention(nn.Module):
@@ -207,13 +263,17 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, cache=None, layer=0, mask=None):
         B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        H, H_kv, D = self.n_heads, self.n_kv, self.head_dim
+        # q and k go through their per-head norms and RoPE together, as one (B, T, H + H_kv, D) tensor:
+        # the same math as two separate passes, in half the ops
+        qk = torch.cat([self.q_proj(x).view(B, T, H, D), self.k_proj(x).view(B, T, H_kv, D)], dim=2)
+        norm_w = torch.cat([self.q_norm.weight.expand(H, D), self.k_norm.weight.expand(H_kv, D)])
+        qk = apply_rope(RMSNormFunction.apply(qk, norm_w, self.q_norm.eps), cos, sin).transpose(1, 2)
+        q, k = qk.split([H, H_kv], dim=1)  # (B, H, T, D), (B, H_kv, T, D)
+        v = self.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        gqa = self.n_kv != self.n_heads
+        gqa = H_kv != H
         if mask is None:  # training / no cache: plain causal attention
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
@@ -293,34 +353,73 @@ class Qwen3(nn.Module):
         return KVCache(self.config, batch_size, max_len, device=p.device, dtype=dtype)
 
 
-def _chunk_logprobs(h, weight, targets):
-    logits = (h @ weight.t()).float()  # (N, vocab), only for this chunk
-    logz = logits.logsumexp(-1)
-    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
-    with torch.no_grad():  # entropy is a metric, not a loss term
-        entropy = logz - (logits.softmax(-1) * logits).sum(-1)
-    return logp, entropy
+class TokenLogProbsFunction(torch.autograd.Function):
+    """log softmax(h W^T)[target] and the entropy of softmax(h W^T), chunk by chunk over the N positions.
+
+    Only one chunk's (chunk, vocab) logits exist at a time, in buffers reused across chunks (a fresh
+    multi-hundred-MB tensor per op costs page faults comparable to the op itself); backward recomputes
+    each chunk's logits and forms dL/dlogits = g * (onehot(target) - exp(logits - logZ)) in place. Memory
+    is O(chunk x vocab) instead of O(N x vocab), for one extra LM-head matmul.
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, chunk_size):  # h (N, D), weight (V, D), targets (N,)
+        N, V = h.shape[0], weight.shape[0]
+        acc = torch.promote_types(h.dtype, torch.float32)
+        n = min(chunk_size, N)
+        logits = h.new_empty(n, V)  # the matmul's output, in the model dtype
+        z, logp_all = torch.empty(n, V, dtype=acc, device=h.device), torch.empty(n, V, dtype=acc, device=h.device)
+        logp, entropy, logz = (torch.empty(N, dtype=acc, device=h.device) for _ in range(3))
+        for i in range(0, N, chunk_size):
+            j = min(i + chunk_size, N)
+            torch.mm(h[i:j], weight.t(), out=logits[:j - i])
+            z_c, lp = z[:j - i], logp_all[:j - i]
+            torch.log_softmax(z_c.copy_(logits[:j - i]), -1, out=lp)  # log-softmax in fp32
+            logp[i:j] = lp.gather(1, targets[i:j, None]).squeeze(1)
+            logz[i:j] = z_c[:, 0] - lp[:, 0]
+            entropy[i:j] = torch.exp(lp, out=z_c).mul_(lp).sum(-1).neg_()  # H = -sum p log p
+        ctx.save_for_backward(h, weight, targets, logz)
+        ctx.chunk_size = chunk_size
+        ctx.mark_non_differentiable(entropy)  # a metric, not a loss term
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _):
+        h, weight, targets, logz = ctx.saved_tensors
+        N, V, chunk_size = h.shape[0], weight.shape[0], ctx.chunk_size
+        n = min(chunk_size, N)
+        logits = h.new_empty(n, V)
+        p = torch.empty(n, V, dtype=logz.dtype, device=h.device)
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
+        for i in range(0, N, chunk_size):
+            j = min(i + chunk_size, N)
+            g = grad_logp[i:j]
+            torch.mm(h[i:j], weight.t(), out=logits[:j - i])
+            p_c = p[:j - i].copy_(logits[:j - i]).sub_(logz[i:j, None]).exp_()  # softmax, in fp32
+            p_c.mul_(-g[:, None])  # dL/dlogits = g * (onehot(target) - p)
+            p_c[torch.arange(j - i, device=h.device), targets[i:j]] += g
+            grad_logits = logits[:j - i].copy_(p_c)
+            if grad_h is not None:
+                torch.mm(grad_logits, weight, out=grad_h[i:j])
+            if grad_w is not None and i == 0:
+                torch.mm(grad_logits.t(), h[i:j], out=grad_w)
+            elif grad_w is not None:
+                grad_w.addmm_(grad_logits.t(), h[i:j])
+        return grad_h, grad_w, None, None
 
 
 def token_logprobs(model, input_ids, chunk_size=256):
-    """log p(x[t+1] | x[:t+1]) for every position, and the policy entropy there: two (B, T-1) tensors.
+    """log p(x[t+1] | x[:t+1]) for every position, and the policy entropy there: two (B, T-1) fp32 tensors.
 
-    The full-vocabulary logits are never materialized for the whole batch: each chunk of positions
-    computes its logits, keeps two numbers per token, and recomputes the logits in backward.
+    The full-vocabulary logits are never materialized for the whole batch (see TokenLogProbsFunction).
     """
     h = model.hidden_states(input_ids[:, :-1])
     B, T, D = h.shape
-    h, targets = h.reshape(B * T, D), input_ids[:, 1:].reshape(B * T)
-    logps, entropies = [], []
-    for i in range(0, B * T, chunk_size):
-        args = (h[i:i + chunk_size], model.lm_head.weight, targets[i:i + chunk_size])
-        if torch.is_grad_enabled():
-            logp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-        else:
-            logp, ent = _chunk_logprobs(*args)
-        logps.append(logp)
-        entropies.append(ent)
-    return torch.cat(logps).view(B, T), torch.cat(entropies).view(B, T)
+    weight = model.lm_head.weight.to(h.dtype)  # a no-op unless autocast made h lower precision
+    logp, entropy = TokenLogProbsFunction.apply(h.reshape(B * T, D), weight, input_ids[:, 1:].reshape(B * T),
+                                                chunk_size)
+    return logp.view(B, T), entropy.view(B, T)
 
 
 # -----------------------------------------------------------------------------
@@ -345,12 +444,15 @@ def count_parameters(config, include_embedding=True):
 def flops_per_token(config, context_len, training=False):
     """Matmul FLOPs to process one token attending to `context_len` tokens (Kaplan et al. 2020, sec 2.1).
 
-    Forward: 2 per weight of every matmul (the layers and the LM head; the embedding lookup is free) plus
-    2 x 2 x layers x heads x head_dim x context for QK^T and attention x V. Training is ~3x forward.
+    Forward: 2 per weight of every matmul (the layers and the LM head, tied or not; the embedding lookup
+    and the norm gains are not matmuls) plus 2 x 2 x layers x heads x head_dim x context for QK^T and
+    attention x V. Training is ~3x forward (backward computes two matmuls per forward one).
     """
     c = config
-    matmul_params = count_parameters(c, include_embedding=False) + c.vocab_size * c.hidden_size * c.tie_word_embeddings
-    fwd = 2 * matmul_params + 4 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * context_len
+    attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)  # q, k, v, o
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    matmul_weights = c.num_hidden_layers * (attn + mlp) + c.vocab_size * c.hidden_size  # + the LM head
+    fwd = 2 * matmul_weights + 4 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * context_len
     return 3 * fwd if training else fwd
 
 
@@ -478,7 +580,7 @@ def resolve_model_dir(name_or_path, revision="main"):
     if path.is_dir():
         return path
     name = str(name_or_path)
-    if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix:
+    if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix in (".json", ".safetensors", ".bin"):
         raise FileNotFoundError(f"{name}: no such model directory, and not a Hugging Face repo id like "
                                 f"{DEFAULT_MODEL!r}")
     snap = _cached_snapshot(name, revision)

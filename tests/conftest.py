@@ -9,6 +9,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import model as M  # noqa: E402
 
+# Tiny test models gain nothing from a second thread, and on a shared machine an OpenMP thread that waits
+# for a descheduled sibling makes every op ~10x slower: one thread keeps the suite fast and predictable.
+torch.set_num_threads(1)
+
 CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?+-*/=()[]{}\\^_$'\"<>|&%#@~`"
 
 

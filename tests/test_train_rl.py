@@ -282,12 +282,12 @@ def tiny_rl_effect(objective, seed, out, model="tiny", steps=12, n_test=200):
     return measure(model), measure(run / "final")
 
 
-# Measured from the committed checkpoint over seeds 0-2 (12 steps x 8 problems x 8 samples, 200 test
-# problems): drgrpo +9.0..+10.5 points, direct-answer share -0.12..-0.17; grpo +13.5..+17.0 points,
-# -0.18..-0.21. The thresholds below keep a margin of about half the smallest effect.
+# Measured from the committed checkpoint over seeds 0-2 (12 steps x 8 problems x 8 samples, greedy on 200
+# test problems, from 32.0% and a direct-answer share of 0.53): drgrpo +21.5 to +29.0 points, share down to
+# 0.06-0.09; grpo +25.0 to +36.5 points, share down to 0.00-0.03. The thresholds keep a wide margin.
 @pytest.mark.parametrize("objective", ["drgrpo", "grpo"])
 def test_tiny_world_rl_raises_held_out_accuracy(objective, tmp_path):
     (acc0, direct0), (acc1, direct1) = tiny_rl_effect(objective, seed=0, out=tmp_path / "run")
     assert 0.10 < acc0 < 0.60  # the committed checkpoint is "sometimes right"
-    assert acc1 >= acc0 + 0.05, (acc0, acc1)
-    assert direct1 <= direct0 - 0.06, (direct0, direct1)  # RL teaches it to work step by step
+    assert acc1 >= acc0 + 0.10, (acc0, acc1)
+    assert direct1 <= direct0 - 0.25, (direct0, direct1)  # RL teaches it to work step by step

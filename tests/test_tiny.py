@@ -1,0 +1,187 @@
+"""The embedded tiny world: task generator, splits, tokenizer, pretraining, and the committed files."""
+
+import json
+import random
+import re
+
+import pytest
+import torch
+
+import model as qwen
+import tiny
+from problems import DATA_DIR, format_prompt, load_problems
+
+SEED = tiny.TinyConfig().seed  # the seed the committed files were built from
+
+
+def evaluate_text(text):
+    """Value of an expression over + - * ( ) with the usual precedence: our own recursive descent, so the
+    rendered text (its parentheses) is checked independently of the generator."""
+    tokens = re.findall(r"\d+|[-+*()]", text)
+    assert "".join(tokens) == text.replace(" ", ""), f"unexpected characters in {text!r}"
+    value, rest = _sum(tokens)
+    assert not rest, f"trailing tokens {rest} in {text!r}"
+    return value
+
+
+def _sum(tokens):
+    value, tokens = _product(tokens)
+    while tokens and tokens[0] in "+-":
+        op, (rhs, tokens) = tokens[0], _product(tokens[1:])
+        value = value + rhs if op == "+" else value - rhs
+    return value, tokens
+
+
+def _product(tokens):
+    value, tokens = _atom(tokens)
+    while tokens and tokens[0] == "*":
+        rhs, tokens = _atom(tokens[1:])
+        value *= rhs
+    return value, tokens
+
+
+def _atom(tokens):
+    if tokens[0] == "(":
+        value, tokens = _sum(tokens[1:])
+        assert tokens[0] == ")"
+        return value, tokens[1:]
+    return int(tokens[0]), tokens[1:]
+
+
+def check_solution(row):
+    """Every step line is true arithmetic, each step uses the previous result, and the box holds the answer."""
+    *steps, box = row["solution"].split("\n")
+    assert box == f"\\boxed{{{row['answer']}}}"
+    assert len(steps) == row["level"]
+    previous = None
+    for step in steps:
+        a, op, b, eq, c = step.split(" ")
+        assert eq == "="
+        a, b, c = int(a), int(b), int(c)
+        assert c == {"+": a + b, "-": a - b, "*": a * b}[op], step
+        assert previous is None or a == previous
+        assert 0 <= c <= tiny.MAX_VALUE
+        previous = c
+    assert previous == int(row["answer"])
+
+
+def test_make_problem_is_deterministic_and_correct():
+    first = [tiny.make_problem(random.Random(7), n) for n in (2, 3)]
+    again = [tiny.make_problem(random.Random(7), n) for n in (2, 3)]
+    assert first == again
+    rng = random.Random(1)
+    for _ in range(2000):
+        p = tiny.make_problem(rng, rng.choice(tiny.LEVELS))
+        assert len(p["ops"]) == p["level"] and len(p["numbers"]) == p["level"] + 1
+        assert all(1 <= n <= 99 for n in p["numbers"])
+        value = p["numbers"][0]  # left to right, from the structured form
+        for op, n in zip(p["ops"], p["numbers"][1:]):
+            value = {"+": value + n, "-": value - n, "*": value * n}[op]
+            assert 0 <= value <= tiny.MAX_VALUE
+        assert int(p["answer"]) == value == evaluate_text(p["problem"])
+        check_solution(p)
+
+
+def test_splits_are_deterministic_and_disjoint():
+    sizes = {"test": 50, "val": 50, "train": 400}
+    splits = tiny.make_splits(3, sizes)
+    assert splits == tiny.make_splits(3, sizes)
+    assert splits != tiny.make_splits(4, sizes)
+    assert {k: len(v) for k, v in splits.items()} == sizes
+    texts = [r["problem"] for rows in splits.values() for r in rows]
+    assert len(set(texts)) == len(texts)
+    # the test split does not move when the train split grows
+    assert tiny.make_splits(3, {"test": 50, "val": 50, "train": 800})["test"] == splits["test"]
+
+
+def test_committed_data_matches_generator():
+    splits = tiny.make_splits(SEED)
+    for name, rows in splits.items():
+        path = DATA_DIR / f"tiny_{name}.jsonl"
+        committed = [json.loads(line) for line in path.read_text().splitlines()]
+        assert committed == rows, f"{path} differs from make_splits({SEED}); rebuild with `python tiny.py`"
+        assert load_problems(f"tiny_{name}")[0]["id"] == f"tiny_{name}/00000"
+    texts = [{r["problem"] for r in rows} for rows in splits.values()]
+    assert not (texts[0] & texts[1] or texts[0] & texts[2] or texts[1] & texts[2])
+    for rows in splits.values():
+        for r in rows:
+            assert r["source"] == "tiny" and int(r["answer"]) == evaluate_text(r["problem"])
+            check_solution(r)
+
+
+def test_tokenizer_round_trip(tmp_path):
+    rows = tiny.make_splits(0, {"test": 20, "val": 20, "train": 200})["train"]
+    texts = [format_prompt("")] + [r["problem"] + r["solution"] for r in rows]
+    tok = tiny.build_tokenizer(texts, tmp_path / "tokenizer.json")
+    assert tok.eos_id == 0 and tok.pad_id == tok.eos_id
+    for r in rows[:20]:
+        text = format_prompt(r["problem"]) + tiny.completion_text(r, bare=False)
+        ids = tok.encode(text)
+        assert len(ids) == len(text)  # one token per character
+        assert tok.decode(ids) == text
+    assert tok.encode("1 \n\n2" + tiny.EOS)[-1] == tok.eos_id
+    assert tok.decode(tok.encode("  a\n \\boxed{7}" + tiny.EOS)) == "  a\n \\boxed{7}"
+
+
+def test_shared_head_forward_equals_the_full_forward(tmp_path):
+    rows = tiny.make_splits(0, {"test": 1, "val": 1, "train": 8})["train"]
+    tok = tiny.build_tokenizer([format_prompt("")] + [r["problem"] + r["solution"] for r in rows],
+                               tmp_path / "tokenizer.json")
+    torch.manual_seed(0)
+    model = qwen.Qwen3(tiny.tiny_config(tok))
+    tiny.init_weights(model)
+    head, inputs, targets, mask = tiny.make_batch(tok, rows, [i % 2 == 0 for i in range(8)])
+    full = torch.cat([head.expand(len(rows), -1), inputs], 1)
+    assert tok.decode(full[0].tolist()).startswith(format_prompt(rows[0]["problem"]))
+    assert tok.decode(targets[1][mask[1].bool()].tolist(), skip_special_tokens=False) == \
+        tiny.completion_text(rows[1], bare=False) + tiny.EOS
+    shared = tiny.forward_shared_head(model, head, inputs)
+    plain = model(full)[:, len(head):]
+    assert (shared - plain).abs().max().item() < 1e-5
+    g_shared = torch.autograd.grad(shared.square().mean(), list(model.parameters()))
+    g_plain = torch.autograd.grad(model(full)[:, len(head):].square().mean(), list(model.parameters()))
+    assert max((a - b).abs().max().item() for a, b in zip(g_shared, g_plain)) < 1e-5
+
+
+def test_short_pretraining_lowers_the_loss(tmp_path):
+    rows = tiny.make_splits(0, {"test": 10, "val": 10, "train": 500})["train"]
+    tok = tiny.build_tokenizer([format_prompt("")] + [r["problem"] + r["solution"] for r in rows],
+                               tmp_path / "tokenizer.json")
+    torch.manual_seed(0)
+    model = qwen.Qwen3(tiny.tiny_config(tok))
+    tiny.init_weights(model)
+    cfg = tiny.TinyConfig(steps=40, batch_size=8, warmup=5, eval_every=0)
+    losses = tiny.pretrain(model, tok, rows, cfg, log=lambda msg: None)
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
+    torch.manual_seed(0)  # the same seed replays the same run (within warmup the schedule is the same)
+    again = qwen.Qwen3(tiny.tiny_config(tok))
+    tiny.init_weights(again)
+    assert tiny.pretrain(again, tok, rows, tiny.TinyConfig(steps=3, batch_size=8, warmup=5, eval_every=0),
+                         log=lambda msg: None) == losses[:3]
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return qwen.load_model("tiny", device="cpu"), qwen.load_tokenizer("tiny")
+
+
+def test_committed_checkpoint_matches_transformers(committed):
+    transformers = pytest.importorskip("transformers")
+    model, tok = committed
+    assert model.config.vocab_size >= tok.vocab_size and model.config.eos_token_id == tok.eos_id
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(qwen.TINY_MODEL_DIR), dtype=torch.float32).eval()
+    ids = torch.tensor([tok.encode(format_prompt("(37 + 12) * 3 - 45") + "\n37 + 12 = 49")])
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    assert (ours - theirs).abs().max().item() <= 1e-4
+
+
+def test_committed_checkpoint_decodes_batched_as_alone(committed):
+    model, tok = committed
+    rows = load_problems("tiny_test", limit=6)
+    problems = [r["problem"] for r in rows]  # different lengths, so the batch is left-padded
+    batched = tiny.greedy_complete(model, tok, problems, batch_size=6)
+    alone = [tiny.greedy_complete(model, tok, [p])[0] for p in problems]
+    assert batched == alone
+    assert all(c.rstrip().endswith("}") for c in batched), batched

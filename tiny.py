@@ -1,0 +1,347 @@
+"""
+The embedded tiny world: a synthetic arithmetic task, a character-level tokenizer and a ~0.8M-parameter
+Qwen3 pretrained on it, so the whole RLVR loop runs on a laptop CPU in minutes with no download.
+
+    python tiny.py               # rebuild data/tiny_{train,val,test}.jsonl and tiny_model/ from the seed
+    python tiny.py --data-only   # only the data files
+
+The task: 2-3 operations (+, -, *) over integers 1-99 (factors of * are 2-9), applied left to right, with
+parentheses where precedence needs them, e.g. `(37 + 12) * 2 - 45`; every intermediate value stays in
+0..99; level = number of operations. The worked solution has one line per operation (`37 + 12 = 49`)
+and ends in `\\boxed{N}`. The prompt is `problems.format_prompt(problem, "base")`, the same template as
+the real task.
+
+Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
+bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
+wrong there, and pretraining stops while the model is only "sometimes right", so RL has signal and room:
+working step by step pays.
+"""
+
+import argparse
+import json
+import math
+import random
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import model as qwen
+from problems import format_prompt
+from verify import grade
+
+# -----------------------------------------------------------------------------
+# The task: seeded expressions with a structured form (numbers, ops) and their rendered text
+
+MAX_VALUE = 99  # every intermediate value stays in 0..99: each step is 1-2 digit arithmetic
+LEVELS = (2, 3)  # number of operations
+SPLIT_SIZES = {"test": 500, "val": 500, "train": 20000}  # generated in this order: test never moves
+
+
+def make_problem(rng, n_ops):
+    """A random expression of n_ops operations applied left to right: {numbers, ops, problem, answer, level,
+    solution}. Each (operation, operand) is drawn uniformly among those that keep the value in 0..MAX_VALUE."""
+    value = rng.randint(1, 99)
+    numbers, ops, text, steps = [value], [], str(value), []
+    for _ in range(n_ops):
+        while True:  # rejection sampling; + or - always has a valid operand, so this ends
+            op = rng.choice("+-*")
+            b = rng.randint(2, 9) if op == "*" else rng.randint(1, 99)  # one-digit factors
+            new = value + b if op == "+" else value - b if op == "-" else value * b
+            if 0 <= new <= MAX_VALUE:
+                break
+        if op == "*" and ops and ops[-1] in "+-":
+            text = f"({text})"  # left to right: the sum so far binds before the product
+        text = f"{text} {op} {b}"
+        steps.append(f"{value} {op} {b} = {new}")
+        numbers.append(b)
+        ops.append(op)
+        value = new
+    solution = "\n".join(steps + [f"\\boxed{{{value}}}"])
+    return dict(numbers=numbers, ops=ops, problem=text, answer=str(value), level=n_ops, solution=solution)
+
+
+def make_splits(seed=0, sizes=None):
+    """Disjoint splits {name: rows} of distinct problem texts, rows as in data/tiny_*.jsonl."""
+    sizes = sizes or SPLIT_SIZES
+    rng, seen, pool = random.Random(seed), set(), []
+    while len(pool) < sum(sizes.values()):
+        p = make_problem(rng, rng.choice(LEVELS))
+        if p["problem"] not in seen:
+            seen.add(p["problem"])
+            pool.append(p)
+    splits, start = {}, 0
+    for name, n in sizes.items():
+        splits[name] = [dict(id=f"tiny_{name}/{i:05d}", source="tiny", problem=p["problem"], answer=p["answer"],
+                             level=p["level"], solution=p["solution"]) for i, p in enumerate(pool[start:start + n])]
+        start += n
+    return splits
+
+
+def write_splits(splits, data_dir):
+    for name, rows in splits.items():
+        with open(Path(data_dir) / f"tiny_{name}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+# -----------------------------------------------------------------------------
+# Solutions: what the model learns to write after the prompt
+
+
+def completion_text(row, bare):
+    """The worked solution, or (the cheap habit) the bare boxed answer; the end-of-text token follows."""
+    return "\n" + (f"\\boxed{{{row['answer']}}}" if bare else row["solution"])
+
+
+# -----------------------------------------------------------------------------
+# Tokenizer: one token per character, plus <|endoftext|> (which is also the padding)
+
+EOS = "<|endoftext|>"
+
+
+def build_tokenizer(texts, path):
+    """A character-level tokenizer.json over every character in texts; returns model.Tokenizer(path)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    chars = sorted(set("".join(texts)))
+    tok = Tokenizer(models.WordLevel({EOS: 0, **{c: i + 1 for i, c in enumerate(chars)}}, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated")  # every character, newlines too
+    tok.decoder = decoders.Fuse()  # join tokens with nothing between them (the default joins with spaces)
+    tok.add_special_tokens([EOS])
+    tok.save(str(path))
+    return qwen.Tokenizer(path)
+
+
+# -----------------------------------------------------------------------------
+# Model: a ~0.8M-parameter Qwen3 (the same architecture as the real model, just narrow and shallow)
+
+
+def tiny_config(tokenizer):
+    return qwen.Qwen3Config(
+        vocab_size=64 * math.ceil(tokenizer.vocab_size / 64), hidden_size=128, intermediate_size=384,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        max_position_embeddings=512, rope_theta=10000.0, tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_id, eos_token_id=tokenizer.eos_id, torch_dtype="float32")
+
+
+def init_weights(model):
+    """N(0, 0.02) for every matrix, as transformers initializes Qwen3 (initializer_range); norms stay 1."""
+    for p in model.parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.02)
+
+
+# -----------------------------------------------------------------------------
+# Pretraining: next-token prediction on prompt + solution, loss on the solution tokens only
+
+
+def opt(default, help):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TinyConfig:
+    seed: int = opt(0, "one seed for the data, the initialization and the data order")
+    steps: int = opt(1500, "pretraining steps: chosen so greedy test accuracy lands in 20-35%%")
+    batch_size: int = opt(64, "sequences per step")
+    lr: float = opt(3e-3, "peak AdamW learning rate")
+    warmup: int = opt(50, "linear warmup steps, then cosine decay to lr * min_lr_frac")
+    min_lr_frac: float = opt(0.1, "final learning rate as a fraction of the peak")
+    weight_decay: float = opt(0.1, "AdamW weight decay on matrices")
+    bare_2: float = opt(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}")
+    bare_3: float = opt(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}")
+    eval_every: int = opt(250, "steps between greedy accuracy checks on the first 200 validation problems")
+    out: str = opt("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
+    data_dir: str = opt("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
+    threads: int = opt(1, "torch CPU threads (1: bit-identical rebuilds, and fastest on a shared machine)")
+    data_only: bool = opt(False, "write the data files and stop")
+
+
+PROMPT_HEAD = format_prompt("{problem}").split("{problem}")[0]  # the template text before the problem
+
+
+class SharedPrefix:
+    """Stands in for model.KVCache in pretraining: the template head is the same for every row, so its
+    keys and values are computed once per step (batch 1, with gradients) and shared by the batch, which
+    then runs only problem + solution: ~3x less compute, and exact (same positions, same attention)."""
+
+    def __init__(self):
+        self.k, self.v, self.length = {}, {}, 0
+
+    def positions(self, T):  # (1, T), broadcast over the batch
+        return torch.arange(self.length, self.length + T)[None]
+
+    def attention_mask(self, T):  # (1, 1, T, S): causal over head + rows
+        q = torch.arange(self.length, self.length + T)[:, None]
+        return (torch.arange(self.length + T)[None, :] <= q)[None, None]
+
+    def update(self, layer, k, v):
+        if self.length == 0:  # the head pass: keep its keys/values
+            self.k[layer], self.v[layer] = k, v
+            return k, v
+        B = k.shape[0]
+        return (torch.cat([self.k[layer].expand(B, -1, -1, -1), k], 2),
+                torch.cat([self.v[layer].expand(B, -1, -1, -1), v], 2))
+
+
+def make_batch(tokenizer, rows, bare):
+    """The template head (P,), and right-padded (inputs, targets, loss mask), each (B, T), of the rest of
+    each sequence: problem + prompt tail + solution + EOS. The mask covers the solution and EOS."""
+    head = tokenizer.encode(PROMPT_HEAD)
+    seqs, starts = [], []
+    for row, b in zip(rows, bare):
+        prompt = tokenizer.encode(format_prompt(row["problem"]))
+        assert prompt[:len(head)] == head, "format_prompt no longer starts with PROMPT_HEAD"
+        seqs.append(prompt[len(head):] + tokenizer.encode(completion_text(row, b)) + [tokenizer.eos_id])
+        starts.append(len(prompt) - len(head))
+    ids = torch.full((len(seqs), max(map(len, seqs))), tokenizer.pad_id)
+    mask = torch.zeros(ids.shape)
+    for i, (s, start) in enumerate(zip(seqs, starts)):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, start:len(s)] = 1.0
+    return torch.tensor(head), ids[:, :-1], ids[:, 1:], mask[:, 1:]
+
+
+def forward_shared_head(model, head, inputs):
+    """Logits (B, T, vocab) of head + inputs[b] for every row, computing the head once."""
+    cache = SharedPrefix()
+    model.hidden_states(head[None], cache)
+    return model(inputs, cache=cache)
+
+
+def lr_at(step, cfg):  # linear warmup, then cosine decay (Loshchilov & Hutter 2017) to lr * min_lr_frac
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def pretrain(model, tokenizer, train_rows, cfg, val_rows=None, log=print):
+    """Train in place for cfg.steps steps; returns the per-step losses. Deterministic given cfg.seed."""
+    gen = torch.Generator().manual_seed(cfg.seed)  # the data order and the bare/worked draws
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    bare_share = torch.tensor([cfg.bare_2 if r["level"] == 2 else cfg.bare_3 for r in train_rows])
+    losses, t0 = [], time.time()
+    for step in range(cfg.steps):
+        idx = torch.randint(len(train_rows), (cfg.batch_size,), generator=gen)
+        bare = (torch.rand(cfg.batch_size, generator=gen) < bare_share[idx]).tolist()
+        head, inputs, targets, mask = make_batch(tokenizer, [train_rows[i] for i in idx], bare)
+        model.train()
+        logits = forward_shared_head(model, head, inputs)  # (B, T, vocab)
+        nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+        loss = (nll * mask).sum() / mask.sum()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % 25 == 0 or step == cfg.steps - 1:
+            log(f"step {step + 1}/{cfg.steps}  loss {sum(losses[-25:]) / len(losses[-25:]):.4f}  "
+                f"lr {lr_at(step, cfg):.2e}  {time.time() - t0:.0f}s")
+        if val_rows and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+            m = evaluate(model, tokenizer, val_rows[:200])
+            log(f"  val (200): accuracy {m['accuracy']:.3f}  direct-answer share {m['direct_share']:.3f}")
+    return losses
+
+
+# -----------------------------------------------------------------------------
+# Evaluation: greedy decoding with the KV cache, graded by verify.grade (the RL reward's grader)
+
+BARE = re.compile(r"\s*\\boxed\{[^{}]*\}\s*")  # a direct answer: nothing but the box
+
+
+@torch.no_grad()
+def greedy_complete(model, tokenizer, problems, max_new_tokens=80, batch_size=250):
+    """Greedy completions of format_prompt(problem) for each problem, batched with left padding."""
+    model.eval()
+    device, out = model.lm_head.weight.device, []
+    for i in range(0, len(problems), batch_size):
+        prompts = [tokenizer.encode(format_prompt(p)) for p in problems[i:i + batch_size]]
+        lens = torch.tensor([len(p) for p in prompts], device=device)
+        B, L = len(prompts), int(lens.max())
+        ids = torch.full((B, L), tokenizer.pad_id, device=device)
+        for b, p in enumerate(prompts):
+            ids[b, L - len(p):] = torch.tensor(p)
+        cache = model.new_cache(B, L + max_new_tokens)
+        cache.pad = L - lens  # row b's prompt starts at slot pad[b]
+        logits = model(ids, cache=cache, last_only=True)  # (B, 1, vocab)
+        tokens, done = [], torch.zeros(B, dtype=torch.bool, device=device)
+        for _ in range(max_new_tokens):
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, tokenizer.eos_id)  # (B,)
+            tokens.append(nxt)
+            done |= nxt == tokenizer.eos_id
+            if done.all():
+                break
+            logits = model(nxt[:, None], cache=cache, last_only=True)
+        for row in torch.stack(tokens, 1).tolist():
+            row = row[:row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row
+            out.append(tokenizer.decode(row))
+    return out
+
+
+def evaluate(model, tokenizer, rows):
+    """Greedy accuracy, per level, and the direct-answer share (completions that are a bare box)."""
+    completions = greedy_complete(model, tokenizer, [r["problem"] for r in rows])
+    correct = [grade(c, r["answer"]) for c, r in zip(completions, rows)]
+    metrics = dict(accuracy=sum(correct) / len(rows),
+                   direct_share=sum(bool(BARE.fullmatch(c)) for c in completions) / len(rows))
+    for level in LEVELS:
+        hits = [ok for ok, r in zip(correct, rows) if r["level"] == level]
+        metrics[f"accuracy_level{level}"] = sum(hits) / max(1, len(hits))
+    return metrics
+
+
+# -----------------------------------------------------------------------------
+# CLI
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in fields(TinyConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type is bool:
+            parser.add_argument(flag, action="store_true", help=f.metadata["help"])
+        else:
+            parser.add_argument(flag, type=f.type, default=f.default, help=f.metadata["help"])
+    cfg = TinyConfig(**vars(parser.parse_args(argv)))
+    print(json.dumps(asdict(cfg), indent=2))
+    torch.set_num_threads(cfg.threads)
+    t0 = time.time()
+
+    out, data_dir = qwen.REPO_DIR / cfg.out, qwen.REPO_DIR / cfg.data_dir  # absolute paths stay as given
+    splits = make_splits(cfg.seed)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_splits(splits, data_dir)
+    print(f"wrote {', '.join(f'tiny_{k}.jsonl ({len(v)})' for k, v in splits.items())} to {data_dir}")
+    if cfg.data_only:
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = [format_prompt("")] + [r["problem"] + r["solution"] for rows in splits.values() for r in rows]
+        tokenizer = build_tokenizer(texts, Path(tmp) / "tokenizer.json")
+        torch.manual_seed(cfg.seed)
+        model = qwen.Qwen3(tiny_config(tokenizer))
+        init_weights(model)
+        print(f"vocab {tokenizer.vocab_size} (padded to {model.config.vocab_size}), "
+              f"{qwen.count_parameters(model.config):,} parameters")
+        pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"])
+        qwen.save_model(model, out, tokenizer)
+    metrics = evaluate(model, tokenizer, splits["test"])
+    record = dict(config=asdict(cfg), test=metrics, torch=torch.__version__)  # the weights depend on torch too
+    (out / "pretrain.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"saved {out}")
+    print(f"test: greedy accuracy {metrics['accuracy']:.3f} (level 2 {metrics['accuracy_level2']:.3f}, "
+          f"level 3 {metrics['accuracy_level3']:.3f}), direct-answer share {metrics['direct_share']:.3f}; "
+          f"wall time {time.time() - t0:.0f}s")
+
+if __name__ == "__main__":
+    main()
