@@ -89,17 +89,22 @@ def check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, 
             raise ValueError(f"prompts[{i}] has token ids outside [0, {vocab})")
 
 
-def plan_chunks(prompts, n, max_new_tokens, token_budget):
-    """Prompt indices grouped so each chunk's cache (rows x slots) stays within the token budget."""
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # longest first: less padding
-    chunks, current = [], []
+def pack_by_length(costs, budget):
+    """Indices grouped longest first, so that each group's size x its longest cost stays within budget
+    (a padded batch costs rows x its longest row); one item over budget still gets a group of its own."""
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])
+    groups, current = [], []
     for i in order:
-        slots = len(prompts[current[0]] if current else prompts[i]) + max_new_tokens
-        if current and (len(current) + 1) * n * slots > token_budget:
-            chunks.append(current)
+        if current and (len(current) + 1) * costs[current[0]] > budget:
+            groups.append(current)
             current = []
         current.append(i)
-    return chunks + [current] if current else chunks
+    return groups + [current] if current else groups
+
+
+def plan_chunks(prompts, n, max_new_tokens, token_budget):
+    """Prompt indices grouped so each chunk's cache (rows x slots) stays within the token budget."""
+    return pack_by_length([n * (len(p) + max_new_tokens) for p in prompts], token_budget)
 
 
 # -----------------------------------------------------------------------------

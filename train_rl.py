@@ -43,7 +43,7 @@ import lora
 import model as M
 import problems as P
 import verify
-from sample import generate
+from sample import generate, pack_by_length
 
 
 def opt(default, help):
@@ -226,15 +226,8 @@ def score_rollouts(rollouts, cfg):
 
 def micro_batches(rows, budget):
     """Pack rollouts (longest first) into micro-batches of at most `budget` padded tokens."""
-    rows = sorted(rows, key=lambda r: -(len(r["prompt"]) + len(r["tokens"])))
-    batches, current = [], []
-    for r in rows:
-        width = len(current[0]["prompt"]) + len(current[0]["tokens"]) if current else len(r["prompt"]) + len(r["tokens"])
-        if current and (len(current) + 1) * width > budget:
-            batches.append(current)
-            current = []
-        current.append(r)
-    return batches + [current] if current else batches
+    groups = pack_by_length([len(r["prompt"]) + len(r["tokens"]) for r in rows], budget)
+    return [[rows[i] for i in g] for g in groups]
 
 
 def to_tensors(rows, pad_id, device):
