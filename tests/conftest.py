@@ -21,7 +21,7 @@ def write_char_tokenizer(path):
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     vocab = {"<|endoftext|>": 0, **{c: i + 1 for i, c in enumerate(CHARS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated")  # "." would skip newlines
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
     tok.save(str(path))
