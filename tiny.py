@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 import model as qwen
 from problems import format_prompt
+from sample import generate
 from verify import grade
 
 # -----------------------------------------------------------------------------
@@ -266,32 +267,13 @@ BARE = re.compile(r"\s*\\boxed\{[^{}]*\}\s*")  # a direct answer: nothing but th
 
 
 @torch.no_grad()
-def greedy_complete(model, tokenizer, problems, max_new_tokens=80, batch_size=250):
-    """Greedy completions of format_prompt(problem) for each problem, batched with left padding."""
+def greedy_complete(model, tokenizer, problems, max_new_tokens=80):
+    """Greedy completions of format_prompt(problem) for each problem, by the project's sampler."""
     model.eval()
-    device, out = model.lm_head.weight.device, []
-    for i in range(0, len(problems), batch_size):
-        prompts = [tokenizer.encode(format_prompt(p)) for p in problems[i:i + batch_size]]
-        lens = torch.tensor([len(p) for p in prompts], device=device)
-        B, L = len(prompts), int(lens.max())
-        ids = torch.full((B, L), tokenizer.pad_id, device=device)
-        for b, p in enumerate(prompts):
-            ids[b, L - len(p):] = torch.tensor(p)
-        cache = model.new_cache(B, L + max_new_tokens)
-        cache.pad = L - lens  # row b's prompt starts at slot pad[b]
-        logits = model(ids, cache=cache, last_only=True)  # (B, 1, vocab)
-        tokens, done = [], torch.zeros(B, dtype=torch.bool, device=device)
-        for _ in range(max_new_tokens):
-            nxt = logits[:, -1].argmax(-1).masked_fill(done, tokenizer.eos_id)  # (B,)
-            tokens.append(nxt)
-            done |= nxt == tokenizer.eos_id
-            if done.all():
-                break
-            logits = model(nxt[:, None], cache=cache, last_only=True)
-        for row in torch.stack(tokens, 1).tolist():
-            row = row[:row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row
-            out.append(tokenizer.decode(row))
-    return out
+    prompts = [tokenizer.encode(format_prompt(p)) for p in problems]
+    eos = tokenizer.eos_id
+    done = generate(model, prompts, max_new_tokens, temperature=0, stop_token_ids={eos}, pad_id=tokenizer.pad_id)
+    return [tokenizer.decode([t for t in c.tokens if t != eos]) for c in done]
 
 
 def evaluate(model, tokenizer, rows):

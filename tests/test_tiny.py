@@ -181,7 +181,7 @@ def test_committed_checkpoint_decodes_batched_as_alone(committed):
     model, tok = committed
     rows = load_problems("tiny_test", limit=6)
     problems = [r["problem"] for r in rows]  # different lengths, so the batch is left-padded
-    batched = tiny.greedy_complete(model, tok, problems, batch_size=6)
+    batched = tiny.greedy_complete(model, tok, problems)
     alone = [tiny.greedy_complete(model, tok, [p])[0] for p in problems]
     assert batched == alone
     assert all(c.rstrip().endswith("}") for c in batched), batched
