@@ -193,9 +193,10 @@ def write_json(path, obj):
 # Grading: samples -> records, with the checker the RL reward uses
 
 
-def grade_records(problems, prompt_tokens, samples, seconds=None):
+def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None):
     """One record per problem from its samples (dicts with response, completion_tokens, finish_reason).
-    `seconds` is the generation time per problem: its batch's time over the batch size."""
+    `seconds` is the generation time per problem: its batch's time over the batch size. `group_by` names a
+    problem field copied into the record (source, subject and level always are)."""
     responses = [s["response"] for group in samples for s in group]
     refs = [p["answer"] for p, group in zip(problems, samples) for _ in group]
     correct, rewards = verify.grade_batch(responses, refs), verify.reward_batch(responses, refs)
@@ -209,6 +210,8 @@ def grade_records(problems, prompt_tokens, samples, seconds=None):
             i += 1
         record = dict(id=p["id"], source=p.get("source"), subject=p.get("subject"), level=p.get("level"),
                       answer=p["answer"], prompt_tokens=n_prompt)
+        if group_by:
+            record.setdefault(group_by, p.get(group_by))
         if len(graded) == 1:
             record.update(graded[0])
         else:  # the problem's answer is the vote's; all samples are kept for pass@k
@@ -227,9 +230,10 @@ def grade_records(problems, prompt_tokens, samples, seconds=None):
 
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
-             temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None):
+             temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
-    settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol."""
+    settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
+    With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}."""
     if samples > 1 and temperature == 0:
         raise ValueError(f"samples={samples} needs temperature > 0: greedy samples are all the same")
     ids = [p["id"] for p in problems]
@@ -243,7 +247,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     max_new_tokens=max_new_tokens, samples=samples, temperature=temperature, top_p=top_p,
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
-                    batch_size=batch_size, stop_token_ids=stop)
+                    batch_size=batch_size, stop_token_ids=stop, group_by=group_by)
     t0 = time.time()
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
@@ -259,7 +263,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
         groups = [[dict(response=tokenizer.decode(c.tokens), completion_tokens=len(c.tokens),
                         finish_reason=c.finish_reason) for c in completions[j * samples:(j + 1) * samples]]
                   for j in range(len(batch))]
-        records = grade_records([p for _, p in batch], [len(x) for x in prompts], groups, seconds)
+        records = grade_records([p for _, p in batch], [len(x) for x in prompts], groups, seconds, group_by)
         if out_dir:
             append_records(Path(out_dir) / "records.jsonl", records)
         finished.update((r["id"], r) for r in records)
@@ -273,6 +277,9 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     if progress and todo:
         print(file=sys.stderr)
     records = [finished[i] for i in ids]
+    if group_by:  # records resumed from a run without group_by lack the field: the problem has it
+        for r, p in zip(records, problems):
+            r.setdefault(group_by, p.get(group_by))
     summary = summarize(records, settings, config=model.config, wall_time=time.time() - t0)
     if out_dir:
         write_json(Path(out_dir) / "summary.json", summary)
@@ -283,11 +290,14 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
 # Summary: computed from the records alone, so that anyone can recompute it
 
 
-def breakdown(records, key):
+def breakdown(records, key, missing=None):
+    """{value: {n, correct, accuracy}} per value of a record field; records without it are left out, or
+    counted under `missing` when given."""
     groups = {}
     for r in records:
-        if r.get(key) is not None:
-            groups.setdefault(str(r[key]), []).append(bool(r["correct"]))
+        value = missing if r.get(key) is None else r[key]
+        if value is not None:
+            groups.setdefault(str(value), []).append(bool(r["correct"]))
     return {k: dict(n=len(v), correct=sum(v), accuracy=sum(v) / len(v)) for k, v in sorted(groups.items())}
 
 
@@ -326,6 +336,7 @@ def summarize(records, settings, config=None, wall_time=None):
                                                             for r in records])) for j in ks}
     summary.update(
         by_subject=breakdown(records, "subject"), by_level=breakdown(records, "level"),
+        **({"per_group": breakdown(records, settings["group_by"], missing="?")} if settings.get("group_by") else {}),
         mean_reward=float(np.mean([s["reward"] for s in flat])) if flat else None, samples_total=len(flat),
         completion_tokens_total=sum(tokens) if tokens else None,
         completion_tokens_mean=sum(tokens) / len(tokens) if tokens else None,
@@ -345,6 +356,9 @@ def format_summary(s):
              f"{s['correct']}/{s['n']} correct"]
     if "pass_at_k" in s:
         lines.append("pass@k     " + ", ".join(f"{k} {pct(v)}" for k, v in s["pass_at_k"].items()))
+    if "per_group" in s:
+        lines.append(f"per {s['settings']['group_by']:<6} " + ", ".join(
+            f"{k} {pct(v['accuracy'])} ({v['correct']}/{v['n']})" for k, v in s["per_group"].items()))
     if s["completion_tokens_total"] is not None:
         truncated = "" if s["truncation_rate"] is None else f", truncated {pct(s['truncation_rate'])}"
         lines.append(f"tokens     {s['completion_tokens_total']:,} generated in {s['samples_total']} samples "
@@ -391,7 +405,7 @@ def count_tokens(tokenizer, text):
     return len(tokenizer.encode(text)) if tokenizer else None
 
 
-def grade_responses(path, problems, tokenizer=None, template="base", out_dir=None, dataset=None):
+def grade_responses(path, problems, tokenizer=None, template="base", out_dir=None, dataset=None, group_by=None):
     """Records and summary for responses from another engine. Token counts come from the rows or else from
     `tokenizer`; finish reasons only from the rows. With out_dir, the files are (re)written there."""
     groups = read_responses(path, problems)
@@ -402,9 +416,9 @@ def grade_responses(path, problems, tokenizer=None, template="base", out_dir=Non
     settings = dict(mode="responses", responses=str(path), model=None,
                     dataset=dataset or "+".join(sorted({str(p.get("source")) for p in problems})),
                     dataset_hash=P.dataset_hash(problems), n_problems=len(problems), template=template,
-                    samples=len(samples[0]), tokenizer=str(tokenizer.path) if tokenizer else None)
+                    samples=len(samples[0]), tokenizer=str(tokenizer.path) if tokenizer else None, group_by=group_by)
     t0 = time.time()
-    records = grade_records(problems, prompt_tokens, samples)
+    records = grade_records(problems, prompt_tokens, samples, group_by=group_by)
     summary = summarize(records, settings, wall_time=time.time() - t0)
     if out_dir:
         out_dir = Path(out_dir)
@@ -483,16 +497,26 @@ class EvalConfig:
     out: str | None = arg(None, "output directory (default runs/eval/<model>-<dataset>)")
     responses: str | None = arg(None, "grade this JSONL of {id, response} from another engine instead of "
                                       "generating (--model then only supplies the tokenizer for token counts)")
+    group_by: str | None = arg(None, "also report accuracy per value of this problem field (e.g. source); "
+                                     "problems without the field count under '?'")
+
+
+def add_flags(parser, config_class):
+    """One --flag per field of a config dataclass: the type from its annotation, help and any other
+    argparse keywords from its metadata (`aliases` adds option strings such as -k)."""
+    for f in fields(config_class):
+        meta = dict(f.metadata)
+        names = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", ())]
+        kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))
+        parser.add_argument(*names, type=kind, default=f.default, **meta)
+    return parser
 
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description="Evaluate a model on a math data set (protocol: the module "
                                      "docstring). `evaluate.py compare A B [--n-boot N --seed S]` compares two "
                                      "records files.")
-    for f in fields(EvalConfig):
-        kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))
-        parser.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, **f.metadata)
-    return EvalConfig(**vars(parser.parse_args(argv)))
+    return EvalConfig(**vars(add_flags(parser, EvalConfig).parse_args(argv)))
 
 
 def main(argv=None):
@@ -517,14 +541,15 @@ def main(argv=None):
     print(f"evaluate: {cfg}", file=sys.stderr)
     if cfg.responses:
         tokenizer = M.load_tokenizer(cfg.model)
-        _, summary = grade_responses(cfg.responses, problems, tokenizer, cfg.template, out, cfg.dataset)
+        _, summary = grade_responses(cfg.responses, problems, tokenizer, cfg.template, out, cfg.dataset,
+                                     cfg.group_by)
     else:
         device = cfg.device or M.default_device()
         dtype = getattr(torch, cfg.dtype) if cfg.dtype else M.default_dtype(device)
         net, tokenizer = M.load_model(cfg.model, dtype=dtype, device=device), M.load_tokenizer(cfg.model)
         _, summary = evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                               cfg.samples, cfg.temperature, cfg.top_p, cfg.seed, out, progress=True,
-                              dataset=cfg.dataset)
+                              dataset=cfg.dataset, group_by=cfg.group_by)
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}   summary: {out / 'summary.json'}")
     return summary

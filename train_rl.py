@@ -8,15 +8,20 @@ One step of the loop:
 With --epochs-per-batch mu > 1 the same rollouts are reused for mu updates with PPO-style ratio clipping
 against the log-probs the policy had when the batch was drawn.
 
-Objectives (one small entry each in OBJECTIVES):
+Objectives (one small entry each in OBJECTIVES: an advantage function, a loss function, flag defaults):
 - grpo   (Shao et al. 2024, DeepSeekMath, eq. 3): A_i = (r_i - mean r) / (std r + eps) within a group;
-         loss = -(1/G) sum_i (1/|o_i|) sum_t min(rho A, clip(rho, 1-e, 1+e) A) [+ beta * KL_k3 to a frozen
-         reference with --kl-coef]. Departure: the KL term is off by default, as in most recent RLVR work.
+         loss = -(1/G) sum_i (1/|o_i|) sum_t min(rho A, clip(rho, 1-e, 1+e) A) [- beta KL with --kl-coef].
 - drgrpo (Liu et al. 2025, "Understanding R1-Zero-Like Training", sec. 3.2): A_i = r_i - mean r (no std
-         division); token terms are summed and divided by one constant, the generation budget
-         (--max-new-tokens), instead of each sequence's own length; no KL.
-With one epoch per batch rho = 1, clipping changes nothing, and the gradient is REINFORCE with the group
-mean as baseline.
+         division); token terms are summed and divided by one constant, the generation budget.
+- dapo   (Yu et al. 2025): GRPO advantages, token-level mean over the batch, clip-higher (e_high = 0.28),
+         dynamic sampling (groups of mixed correctness only); --overlong-buffer adds the soft length penalty.
+- gspo   (Zheng et al. 2025): one length-normalized importance ratio per sequence, clipped per sequence.
+- cispo  (MiniMax-M1, 2025): REINFORCE on every token weighted by the clipped, stop-gradient ratio.
+- rloo   (Ahmadian et al. 2024): leave-one-out baseline, summed token log-probs.
+- reinforce_pp (Hu et al. 2025, REINFORCE++ with baseline): group mean removed, then batch-level std.
+KL (--kl-coef, off by default as in most RLVR work): estimator k1/k2/k3, as a loss term or in the reward; a
+frozen reference model exists only when it is used. --tis-cap corrects for sampler/trainer mismatch.
+With one epoch per batch rho = 1, clipping changes nothing, and the gradient is REINFORCE with a baseline.
 
 Run: `python train_rl.py --objective drgrpo` (Qwen3-0.6B-Base on the first 50 Algebra problems of the MATH
 training pool), or `python train_rl.py --objective drgrpo --model tiny` (the embedded tiny world, CPU).
@@ -62,7 +67,7 @@ class Config:
     test_dataset: str = opt("", "evaluated before and after training (never used for choices; '' skips)")
     template: str = opt("base", "prompt template: base, chat, chat_think")
     # the RL objective
-    objective: str = opt("drgrpo", "one of OBJECTIVES: grpo, drgrpo")
+    objective: str = opt("drgrpo", "one of OBJECTIVES: grpo, drgrpo, dapo, gspo, cispo, rloo, reinforce_pp")
     steps: int = opt(50, "optimizer updates (one batch of rollouts each)")
     problems_per_step: int = opt(1, "P: problems drawn per step")
     group_size: int = opt(8, "G: completions sampled per problem")
@@ -70,10 +75,17 @@ class Config:
     temperature: float = opt(1.0, "sampling temperature for rollouts")
     top_p: float = opt(1.0, "nucleus sampling for rollouts")
     epochs_per_batch: int = opt(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)")
-    clip_eps: float = opt(0.2, "PPO clip range e of the ratio")
-    kl_coef: float = opt(0.0, "beta of the k3 KL penalty to the frozen initial policy (0: no reference)")
+    clip_low: float = opt(0.2, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high)")
+    clip_high: float = opt(0.2, "ratio clip range above 1 (DAPO's clip-higher: 0.28)")
+    kl_coef: float = opt(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)")
+    kl_estimator: str = opt("k3", "KL estimator per token: k1, k2 or k3")
+    kl_in: str = opt("loss", "where the KL goes: 'loss' (a penalty term) or 'reward' (subtracted from each reward)")
+    tis_cap: float = opt(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)")
     format_penalty: float = opt(0.0, "reward subtracted when a response has no final \\boxed{} answer")
-    skip_uniform_groups: bool = opt(True, "drop groups whose rewards are all equal (zero advantage) from the update")
+    overlong_buffer: int = opt(0, "DAPO soft overlong penalty: last N tokens of the budget ramp the reward to -1 (0: off)")
+    dynamic_sampling: bool = opt(False, "DAPO: draw more problems until P groups have mixed correctness")
+    max_draws: int = opt(4, "dynamic sampling: at most this many draws of P problems per step")
+    skip_zero_advantage: bool = opt(True, "leave rows with zero advantage (groups of equal rewards) out of the backward")
     # optimization
     lr: float = opt(1e-5, "peak learning rate of AdamW")
     weight_decay: float = opt(0.0, "AdamW weight decay")
@@ -101,59 +113,132 @@ TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_datas
                      lr=1e-4, eval_every=20, save_every=20)
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out"}
+KL_ESTIMATORS, KL_PLACES = ("k1", "k2", "k3"), ("loss", "reward")
 
 
 # -----------------------------------------------------------------------------
-# Advantages and losses: pure tensor functions (shapes in comments)
+# Advantages: rewards (P, G) of P groups of G samples -> advantages (P, G)
 
 
 def group_advantages(rewards, scale_by_std, eps=1e-6):
-    """rewards (P, G) -> advantages (P, G) relative to the group mean; GRPO also divides by the std."""
+    """Reward minus its group's mean; GRPO also divides by the group's std (DeepSeekMath sec. 4.1.2)."""
     adv = rewards - rewards.mean(dim=1, keepdim=True)
     if scale_by_std:
         adv = adv / (rewards.std(dim=1, keepdim=True) + eps)  # unbiased std, as DeepSeekMath's code
     return adv
 
 
-def clipped_surrogate(logp, old_logp, adv, clip_eps):
-    """PPO (Schulman et al. 2017, eq. 7) per token: min(rho A, clip(rho, 1-e, 1+e) A); all (B, T)."""
-    ratio = torch.exp(logp - old_logp)
-    return torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+def leave_one_out_advantages(rewards):
+    """RLOO (Kool et al. 2019; Ahmadian et al. 2024, eq. 4): r_i minus the mean of the group's other G-1 rewards."""
+    G = rewards.shape[1]
+    return rewards - (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)
 
 
-def kl_k3(logp, ref_logp):
-    """Schulman's k3 estimator of KL(pi || pi_ref) per token (DeepSeekMath eq. 4): always >= 0."""
-    log_ratio = ref_logp - logp
-    return torch.exp(log_ratio) - log_ratio - 1
+def batch_normalized_advantages(rewards, eps=1e-6):
+    """REINFORCE++ with baseline (Hu et al. 2025, sec. 3): subtract the group mean, then divide by the std of
+    those centred rewards over the whole batch (global, not per-group, normalization)."""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    return (centred - centred.mean()) / (centred.std() + eps)
+
+
+# -----------------------------------------------------------------------------
+# Losses. A micro-batch b holds, per completion token, (B, T): logp (policy, with gradient), old_logp (the
+# policy that drew the batch), ref_logp (frozen reference, when KL is used), tis (truncated importance weights,
+# ones when off) and mask; per row, (B,): adv; and the batch's n_sequences and n_tokens, so every micro-batch
+# returns its share of one batch loss.
+
+
+def kl_estimate(logp, ref_logp, estimator):
+    """Per-token estimate of KL(pi || pi_ref) on samples of pi (Schulman 2020, "Approximating KL divergence"):
+    k1 = log r, k2 = (log r)^2 / 2, k3 = 1/r - 1 + log r with r = pi / pi_ref (k3 is DeepSeekMath eq. 4)."""
+    log_r = logp - ref_logp
+    if estimator == "k1":
+        return log_r
+    if estimator == "k2":
+        return 0.5 * log_r ** 2
+    return torch.exp(-log_r) - 1 + log_r
+
+
+def kl_penalty(b, cfg):
+    """beta * KL per token when the KL is a loss term (DeepSeekMath eq. 3), else 0."""
+    if not cfg.kl_coef or cfg.kl_in != "loss":
+        return 0.0
+    return cfg.kl_coef * kl_estimate(b["logp"], b["ref_logp"], cfg.kl_estimator)
+
+
+def ppo_terms(b, cfg):
+    """min(rho A, clip(rho, 1 - e_low, 1 + e_high) A) per token (PPO, Schulman et al. 2017, eq. 7, with DAPO's
+    decoupled range, Yu et al. 2025, eq. 10), times the truncated importance weight, minus the KL term."""
+    ratio, adv = torch.exp(b["logp"] - b["old_logp"]), b["adv"][:, None]
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * adv)
+    return surrogate * b["tis"] - kl_penalty(b, cfg)
+
+
+def sequence_mean(x, mask):
+    """(B, T) -> (B,): the mean over each sequence's own completion tokens."""
+    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
 def grpo_loss(b, cfg):
-    """Per-sequence mean of the token terms, then the mean over the batch's sequences (DeepSeekMath eq. 3)."""
-    term = clipped_surrogate(b["logp"], b["old_logp"], b["adv"][:, None], cfg.clip_eps)  # (B, T)
-    if cfg.kl_coef:
-        term = term - cfg.kl_coef * kl_k3(b["logp"], b["ref_logp"])
-    per_sequence = (term * b["mask"]).sum(-1) / b["mask"].sum(-1).clamp(min=1)  # (B,)
-    return -per_sequence.sum() / b["n_sequences"]
+    """Mean over each sequence's tokens, then over sequences (DeepSeekMath eq. 3)."""
+    return -sequence_mean(ppo_terms(b, cfg), b["mask"]).sum() / b["n_sequences"]
 
 
 def drgrpo_loss(b, cfg):
-    """Token terms summed and divided by the generation budget, not by |o_i| (Dr. GRPO, sec. 3.2)."""
-    term = clipped_surrogate(b["logp"], b["old_logp"], b["adv"][:, None], cfg.clip_eps)  # (B, T)
-    if cfg.kl_coef:
-        term = term - cfg.kl_coef * kl_k3(b["logp"], b["ref_logp"])
-    return -(term * b["mask"]).sum() / (cfg.max_new_tokens * b["n_sequences"])
+    """Token terms summed and divided by one constant, the generation budget, not |o_i| (Dr. GRPO, sec. 3.2)."""
+    return -(ppo_terms(b, cfg) * b["mask"]).sum() / (cfg.max_new_tokens * b["n_sequences"])
+
+
+def token_mean_loss(b, cfg):
+    """Token terms averaged over all the batch's tokens, so long answers weigh by their length (DAPO eq. 12)."""
+    return -(ppo_terms(b, cfg) * b["mask"]).sum() / b["n_tokens"]
+
+
+def gspo_loss(b, cfg):
+    """GSPO (Zheng et al. 2025, eq. 5-7): one importance ratio per sequence, the geometric mean of its token
+    ratios, clipped as a whole; the sequence terms are averaged over the batch."""
+    mask, adv = b["mask"], b["adv"]
+    ratio = torch.exp(sequence_mean(b["logp"] - b["old_logp"], mask))  # (B,) s_i(theta)
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * adv)
+    tis = torch.exp(sequence_mean(b["tis"].log(), mask))  # per-sequence truncated weight, same geometric mean
+    return -(surrogate * tis - sequence_mean(kl_penalty(b, cfg) * mask, mask)).sum() / b["n_sequences"]
+
+
+def cispo_loss(b, cfg):
+    """CISPO (MiniMax-M1 2025, eq. 4-5): REINFORCE on every token, weighted by the clipped ratio with its
+    gradient stopped, so clipping never drops a token's gradient; token-level mean as DAPO."""
+    weight = torch.exp(b["logp"] - b["old_logp"]).detach().clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+    terms = weight * b["tis"] * b["adv"][:, None] * b["logp"] - kl_penalty(b, cfg)
+    return -(terms * b["mask"]).sum() / b["n_tokens"]
 
 
 @dataclass
 class Objective:
     advantages: callable  # rewards (P, G) -> advantages (P, G)
     loss: callable  # (micro-batch dict, cfg) -> this micro-batch's share of the batch loss
+    defaults: dict = field(default_factory=dict)  # flag defaults the method's paper uses (flags override)
 
 
 OBJECTIVES = {
     "grpo": Objective(lambda r: group_advantages(r, scale_by_std=True), grpo_loss),
     "drgrpo": Objective(lambda r: group_advantages(r, scale_by_std=False), drgrpo_loss),
+    "dapo": Objective(lambda r: group_advantages(r, scale_by_std=True), token_mean_loss,
+                      dict(clip_high=0.28, dynamic_sampling=True)),  # DAPO sec. 3.1-3.2
+    "gspo": Objective(lambda r: group_advantages(r, scale_by_std=True), gspo_loss,
+                      dict(clip_low=3e-4, clip_high=4e-4)),  # GSPO sec. 5.1: sequence ratios need a tiny range
+    "cispo": Objective(lambda r: group_advantages(r, scale_by_std=True), cispo_loss,
+                       dict(clip_low=1.0, clip_high=0.2)),  # no lower bound on the weight, as MiniMax-M1
+    "rloo": Objective(leave_one_out_advantages, drgrpo_loss),  # REINFORCE on summed token log-probs
+    "reinforce_pp": Objective(batch_normalized_advantages, token_mean_loss),
 }
+
+
+def overlong_penalty(length, budget, buffer):
+    """DAPO's soft overlong punishment (eq. 13): 0 up to budget - buffer tokens, then linear down to -1 at the
+    budget (reached only by truncated answers)."""
+    if buffer <= 0 or length <= budget - buffer:
+        return 0.0
+    return max(-1.0, (budget - buffer - length) / buffer)
 
 
 # -----------------------------------------------------------------------------
@@ -200,24 +285,53 @@ def is_direct_answer(text):
     return text.lstrip().startswith("\\boxed")
 
 
-def collect_rollouts(policy, tokenizer, batch, cfg, step):
-    """Sample G completions per problem and grade them: a list of dicts, problem-major."""
+def collect_rollouts(policy, tokenizer, batch, cfg, seed):
+    """Sample G completions per problem: a list of dicts, problem-major."""
     prompts = [tokenizer.encode(P.format_prompt(p["problem"], cfg.template)) for p in batch]
     completions = generate(policy, prompts, cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                            n=cfg.group_size, stop_token_ids=tokenizer.stop_token_ids(chat=cfg.template != "base"),
-                           seed=cfg.seed * 1_000_003 + step, pad_id=tokenizer.pad_id)
+                           seed=seed, pad_id=tokenizer.pad_id)
     return [dict(problem=batch[c.prompt_index], prompt=prompts[c.prompt_index], tokens=c.tokens,
                  sampler_logprobs=c.logprobs, finish_reason=c.finish_reason, text=tokenizer.decode(c.tokens))
             for c in completions]
 
 
 def score_rollouts(rollouts, cfg):
+    """Grade each rollout and set its reward: correctness, minus the format and overlong penalties."""
     texts, refs = [r["text"] for r in rollouts], [r["problem"]["answer"] for r in rollouts]
     correct = verify.grade_batch(texts, refs)
     rewards = verify.reward_batch(texts, refs, format_penalty=cfg.format_penalty)
     for r, c, w in zip(rollouts, correct, rewards):
-        r.update(correct=bool(c), reward=float(w), boxed=verify.extract_answer(r["text"]) is not None)
-    return torch.tensor(rewards, dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
+        shaped = w + overlong_penalty(len(r["tokens"]), cfg.max_new_tokens, cfg.overlong_buffer)
+        r.update(correct=bool(c), reward=float(shaped), boxed=verify.extract_answer(r["text"]) is not None)
+
+
+def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
+    """(every rollout drawn, the batch to learn from); adds the time spent to seconds. Without dynamic sampling both are the G samples of the
+    step's P problems. With it (DAPO sec. 3.2) groups that are all right or all wrong are dropped and more
+    problems drawn, at most --max-draws times, until P groups have mixed correctness."""
+    G, drawn, batch_groups = cfg.group_size, [], []
+    for draw in range(cfg.max_draws if cfg.dynamic_sampling else 1):
+        if draw == 0:
+            idx = problems_for_step(len(train_set), step, cfg.problems_per_step, cfg.seed)
+        else:  # extra draws: a permutation seeded by (seed, step, draw), so a resumed run draws the same
+            gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)
+            idx = torch.randperm(len(train_set), generator=gen)[:cfg.problems_per_step].tolist()
+        t0 = time.time()
+        rollouts = collect_rollouts(policy, tokenizer, [train_set[i] for i in idx], cfg,
+                                    seed=cfg.seed * 1_000_003 + step + draw * 1_000_000_007)
+        t1 = time.time()
+        score_rollouts(rollouts, cfg)
+        seconds["sampling"] += t1 - t0
+        seconds["verifying"] += time.time() - t1
+        drawn += rollouts
+        groups = [rollouts[i:i + G] for i in range(0, len(rollouts), G)]
+        if cfg.dynamic_sampling:
+            groups = [g for g in groups if 0 < sum(r["correct"] for r in g) < G]
+        batch_groups += groups[:cfg.problems_per_step - len(batch_groups)]
+        if len(batch_groups) == cfg.problems_per_step:
+            break
+    return drawn, [r for g in batch_groups for r in g]
 
 
 # -----------------------------------------------------------------------------
@@ -231,15 +345,30 @@ def micro_batches(rows, budget):
 
 
 def to_tensors(rows, pad_id, device):
-    """Right-padded prompt+completion ids (B, T) and the completion mask over targets ids[:, 1:] (B, T-1)."""
+    """Right-padded prompt+completion ids (B, T), and over the targets ids[:, 1:] the completion mask and the
+    sampler's log-probs (B, T-1)."""
     T = max(len(r["prompt"]) + len(r["tokens"]) for r in rows)
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), T - 1)
+    mask, sampler_logp = torch.zeros(len(rows), T - 1), torch.zeros(len(rows), T - 1)
     for i, r in enumerate(rows):
-        seq = r["prompt"] + r["tokens"]
+        seq, start = r["prompt"] + r["tokens"], len(r["prompt"]) - 1
         ids[i, :len(seq)] = torch.tensor(seq)
-        mask[i, len(r["prompt"]) - 1:len(seq) - 1] = 1.0  # targets that are completion tokens
-    return ids.to(device), mask.to(device)
+        mask[i, start:len(seq) - 1] = 1.0  # targets that are completion tokens
+        sampler_logp[i, start:len(seq) - 1] = torch.tensor(r["sampler_logprobs"], dtype=torch.float32)
+    return ids.to(device), mask.to(device), sampler_logp.to(device)
+
+
+@torch.no_grad()
+def add_reference_kl(reference, rows, cfg, device, pad_id):
+    """--kl-in reward: r["kl"] = the KL estimate of each rollout summed over its tokens, and the reward pays
+    beta times it (the per-sequence form of the KL-in-reward of REINFORCE++ and InstructGPT)."""
+    for rb in micro_batches(rows, cfg.micro_batch_tokens):
+        ids, mask, sampler_logp = to_tensors(rb, pad_id, device)
+        with autocast(device):
+            ref_logp, _ = M.token_logprobs(reference, ids)
+        kl = (kl_estimate(sampler_logp, ref_logp.float(), cfg.kl_estimator) * mask).sum(-1)
+        for r, k in zip(rb, kl.tolist()):
+            r.update(kl=k, reward=r["reward"] - cfg.kl_coef * k)
 
 
 def autocast(device):
@@ -247,8 +376,18 @@ def autocast(device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
 
 
-def policy_update(policy, reference, optimizer, rows, n_sequences, cfg, device, pad_id):
-    """mu epochs over the batch, each one optimizer step with gradients accumulated over micro-batches."""
+def truncated_is_weights(old_logp, sampler_logp, mask, cap):
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"): min(pi_trainer / pi_sampler, C) per token corrects for the sampler's numerics
+    (e.g. a bf16 copy) differing from the trainer's; ones when off, and on padding."""
+    if not cap:
+        return torch.ones_like(mask)
+    return torch.where(mask.bool(), torch.exp(old_logp - sampler_logp).clamp(max=cap), torch.ones_like(mask))
+
+
+def policy_update(policy, reference, optimizer, rows, n_sequences, n_tokens, cfg, device, pad_id):
+    """mu epochs over the batch, each one optimizer step with gradients accumulated over micro-batches.
+    n_sequences and n_tokens count the whole batch (rows may leave out zero-advantage ones)."""
     objective = OBJECTIVES[cfg.objective]
     batches = micro_batches(rows, cfg.micro_batch_tokens)
     stats = dict(loss=0.0, entropy=0.0, clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
@@ -257,18 +396,20 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, cfg, device, 
     policy.train()
     for epoch in range(cfg.epochs_per_batch):
         optimizer.zero_grad(set_to_none=True)
-        epoch_loss, n_tokens, ent, clipped, kl = 0.0, 0, 0.0, 0.0, 0.0
+        epoch_loss, seen, ent, clipped, kl = 0.0, 0, 0.0, 0.0, 0.0
         for j, rb in enumerate(batches):
-            ids, mask = to_tensors(rb, pad_id, device)
+            ids, mask, sampler_logp = to_tensors(rb, pad_id, device)
             with autocast(device):
                 logp, entropy = M.token_logprobs(policy, ids)  # (B, T-1) each
                 ref_logp = None
-                if reference is not None:
+                if reference is not None and cfg.kl_in == "loss":
                     with torch.no_grad():
                         ref_logp, _ = M.token_logprobs(reference, ids)
+                        ref_logp = ref_logp.float()
             logp = logp.float()
             old_logp = old.setdefault(j, logp.detach())  # epoch 0: the current policy, so rho = 1
             b = dict(logp=logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask, n_sequences=n_sequences,
+                     n_tokens=n_tokens, tis=truncated_is_weights(old_logp, sampler_logp, mask, cfg.tis_cap),
                      adv=torch.tensor([r["advantage"] for r in rb], device=device))
             loss = objective.loss(b, cfg)
             if not torch.isfinite(loss):
@@ -277,12 +418,12 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, cfg, device, 
             loss.backward()
             epoch_loss += loss.item()
             m = mask.bool()
-            n_tokens += int(m.sum())
+            seen += int(m.sum())
             ent += float(entropy.float()[m].sum())
             ratio = torch.exp(logp.detach() - old_logp)[m]
-            clipped += float(((ratio - 1).abs() > cfg.clip_eps).float().sum())
+            clipped += float(((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float().sum())
             if ref_logp is not None:
-                kl += float(kl_k3(logp.detach(), ref_logp.float())[m].sum())
+                kl += float(kl_estimate(logp.detach(), ref_logp, cfg.kl_estimator)[m].sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
         if stats["nonfinite"] or not torch.isfinite(grad_norm):
             stats["nonfinite"] = True  # skip the update: a NaN/inf step is logged, never applied or saved
@@ -290,9 +431,9 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, cfg, device, 
             break
         optimizer.step()
         if epoch == 0:
-            stats.update(loss=epoch_loss, entropy=ent / max(n_tokens, 1), grad_norm=float(grad_norm),
-                         tokens=n_tokens, kl=kl / max(n_tokens, 1))
-        stats["clip_fraction"] = clipped / max(n_tokens, 1)  # of the last epoch (0 when mu = 1)
+            stats.update(loss=epoch_loss, entropy=ent / max(seen, 1), grad_norm=float(grad_norm),
+                         tokens=seen, kl=kl / max(seen, 1))
+        stats["clip_fraction"] = clipped / max(seen, 1)  # of the last epoch (0 when mu = 1)
     optimizer.zero_grad(set_to_none=True)
     policy.eval()
     return stats
@@ -413,12 +554,28 @@ def evaluate_accuracy(policy, tokenizer, problems, cfg):
     return summary["accuracy"], summary
 
 
-def train(cfg):
+def check_config(cfg):
+    """Refuse settings that cannot run, naming the flag."""
     if cfg.objective not in OBJECTIVES:
         raise ValueError(f"--objective {cfg.objective!r} is unknown; choose from {', '.join(OBJECTIVES)}")
-    for name in ("steps", "problems_per_step", "group_size", "max_new_tokens", "epochs_per_batch", "micro_batch_tokens"):
+    for name in ("steps", "problems_per_step", "group_size", "max_new_tokens", "epochs_per_batch",
+                 "micro_batch_tokens", "max_draws"):
         if getattr(cfg, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
+    if cfg.kl_estimator not in KL_ESTIMATORS or cfg.kl_in not in KL_PLACES:
+        raise ValueError(f"--kl-estimator must be one of {KL_ESTIMATORS} and --kl-in one of {KL_PLACES}, "
+                         f"got {cfg.kl_estimator!r} and {cfg.kl_in!r}")
+    for name in ("clip_low", "clip_high", "kl_coef", "tis_cap", "overlong_buffer"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.overlong_buffer >= cfg.max_new_tokens:
+        raise ValueError(f"--overlong-buffer {cfg.overlong_buffer} must be below --max-new-tokens {cfg.max_new_tokens}")
+    if cfg.objective == "rloo" and cfg.group_size < 2:
+        raise ValueError("--objective rloo needs --group-size >= 2 (the baseline is the other samples' mean)")
+
+
+def train(cfg):
+    check_config(cfg)
     device = cfg.device or M.default_device()
     run_dir = Path(cfg.out or f"runs/{cfg.objective}-{Path(cfg.model).name}")
     start_step = 0
@@ -502,43 +659,48 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
     """One step: problems -> rollouts -> rewards -> advantages -> update; returns the step's metrics."""
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, cfg)
-    batch = [train_set[i] for i in problems_for_step(len(train_set), step, cfg.problems_per_step, cfg.seed)]
-    t0 = time.time()
-    rollouts = collect_rollouts(rollout_model, tokenizer, batch, cfg, step)
-    t1 = time.time()
-    rewards = score_rollouts(rollouts, cfg)  # (P, G)
-    advantages = OBJECTIVES[cfg.objective].advantages(rewards)  # (P, G)
+    seconds = dict(sampling=0.0, verifying=0.0)
+    drawn, rollouts = draw_rollouts(rollout_model, tokenizer, train_set, cfg, step, seconds)  # rollouts: the batch
+    t2 = time.time()
+    if reference is not None and cfg.kl_in == "reward":
+        add_reference_kl(reference, rollouts, cfg, device, tokenizer.pad_id)
+    rewards = torch.tensor([r["reward"] for r in rollouts], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
+    advantages = OBJECTIVES[cfg.objective].advantages(rewards) if rollouts else rewards  # (P, G)
     for r, a in zip(rollouts, advantages.flatten().tolist()):
         r["advantage"] = a
-    mixed = (rewards.max(dim=1).values > rewards.min(dim=1).values)  # (P,) groups with a learning signal
-    rows = [r for r, g in zip(rollouts, mixed.repeat_interleave(cfg.group_size).tolist())
-            if g or not cfg.skip_uniform_groups]
-    t2 = time.time()
+    kl_in_loss = reference is not None and cfg.kl_in == "loss"  # then zero-advantage rows still carry KL gradient
+    rows = [r for r in rollouts if r["advantage"] != 0 or kl_in_loss or not cfg.skip_zero_advantage]
     stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
     if rows:
-        stats = policy_update(policy, reference, optimizer, rows, len(rollouts), cfg, device, tokenizer.pad_id)
+        stats = policy_update(policy, reference, optimizer, rows, len(rollouts),
+                              sum(len(r["tokens"]) for r in rollouts), cfg, device, tokenizer.pad_id)
+    if reference is not None and cfg.kl_in == "reward":
+        stats["kl"] = sum(r["kl"] for r in rollouts) / max(1, sum(len(r["tokens"]) for r in rollouts))
     t3 = time.time()
-    lengths = [len(r["tokens"]) for r in rollouts]
+    lengths = [len(r["tokens"]) for r in drawn]
     generated = sum(lengths)
-    context = sum(len(r["prompt"]) for r in rollouts) / len(rollouts) + sum(lengths) / len(lengths) / 2
+    context = sum(len(r["prompt"]) for r in drawn) / len(drawn) + sum(lengths) / len(lengths) / 2
     totals["generated_tokens"] += generated
     totals["training_tokens"] += stats["tokens"] * cfg.epochs_per_batch
     totals["flops"] += (generated * M.flops_per_token(policy.config, context)
                         + stats["tokens"] * cfg.epochs_per_batch * M.flops_per_token(policy.config, context, training=True))
-    for r in rollouts[:cfg.samples_per_step]:
+    for r in drawn[:cfg.samples_per_step]:
         log_line(run_dir / "samples.jsonl", dict(step=step + 1, id=r["problem"]["id"], answer=r["problem"]["answer"],
                                                  response=r["text"], reward=r["reward"], correct=r["correct"]))
+    G, n = cfg.group_size, len(drawn)
+    mixed = [len({r["reward"] for r in drawn[i:i + G]}) > 1 for i in range(0, n, G)]  # groups with a signal
     return dict(
-        step=step + 1, reward_mean=rewards.mean().item(), accuracy=sum(r["correct"] for r in rollouts) / len(rollouts),
-        format_failure_rate=sum(not r["boxed"] for r in rollouts) / len(rollouts),
-        direct_answer_rate=sum(is_direct_answer(r["text"]) for r in rollouts) / len(rollouts),
-        response_tokens_mean=generated / len(rollouts), response_tokens_max=max(lengths),
-        truncation_rate=sum(r["finish_reason"] == "length" for r in rollouts) / len(rollouts),
-        mixed_groups=mixed.float().mean().item(), entropy=stats["entropy"], clip_fraction=stats["clip_fraction"],
+        step=step + 1, reward_mean=sum(r["reward"] for r in drawn) / n, accuracy=sum(r["correct"] for r in drawn) / n,
+        format_failure_rate=sum(not r["boxed"] for r in drawn) / n,
+        direct_answer_rate=sum(is_direct_answer(r["text"]) for r in drawn) / n,
+        response_tokens_mean=generated / n, response_tokens_max=max(lengths),
+        truncation_rate=sum(r["finish_reason"] == "length" for r in drawn) / n,
+        mixed_groups=sum(mixed) / len(mixed), draws=n // (G * cfg.problems_per_step),
+        batch_groups=len(rollouts) // G, entropy=stats["entropy"], clip_fraction=stats["clip_fraction"],
         **({"kl": stats["kl"]} if cfg.kl_coef else {}), loss=stats["loss"], grad_norm=stats["grad_norm"],
         lr=lr_at(step, cfg), skipped_update=stats["nonfinite"] or not rows,
-        sampling_seconds=t1 - t0, verifying_seconds=t2 - t1, training_seconds=t3 - t2,
-        tokens_per_second=generated / max(t1 - t0, 1e-9), **totals)
+        sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"], training_seconds=t3 - t2,
+        tokens_per_second=generated / max(seconds["sampling"], 1e-9), **totals)
 
 
 def print_progress(m, cfg, elapsed, done):
@@ -566,6 +728,8 @@ def parse_args(argv=None):
     first, _ = parser.parse_known_args(argv)
     if first.model == "tiny":
         parser.set_defaults(**TINY_DEFAULTS)
+    if first.objective in OBJECTIVES:  # the method's own defaults (e.g. DAPO's clip-higher); flags still win
+        parser.set_defaults(**OBJECTIVES[first.objective].defaults)
     return Config(**vars(parser.parse_args(argv)))
 
 

@@ -38,7 +38,7 @@ def main():
     policy = M.Qwen3(config).float().eval()
     tokenizer = M.load_tokenizer(M.DEFAULT_MODEL)
     cfg = T.Config(problems_per_step=args.problems_per_step, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
-                   skip_uniform_groups=False, device="cpu", samples_per_step=0)
+                   skip_zero_advantage=False, device="cpu", samples_per_step=0)
     train_set = P.load_problems("math_train", limit=50)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)

@@ -244,6 +244,31 @@ def test_evaluate_function_with_known_answers(tiny, data, monkeypatch):
     check_summary_against_records(summary, records)
 
 
+def test_per_group_accuracy_with_missing_field(tiny, tmp_path, monkeypatch, capsys):
+    import problems as P
+    topics = ["geo", "alg", None, "geo", "alg"]  # p2 has no topic: counted under "?"
+    rows = [dict(id=f"p{i}", problem=q, answer=a, **({"topic": t} if t else {}))
+            for i, ((q, a, _, _), t) in enumerate(zip(PROBLEMS, topics))]
+    data = write_jsonl(tmp_path / "topics.jsonl", rows)
+    right = (0, 1, 2, 4)  # geo: p0 right, p3 wrong -> 1/2; alg: p1, p4 right -> 2/2; ?: p2 right -> 1/1
+    script = {q: [a if i in right else "17"] for i, (q, a, _, _) in enumerate(PROBLEMS)}
+    expected = {"?": dict(n=1, correct=1, accuracy=1.0), "alg": dict(n=2, correct=2, accuracy=1.0),
+                "geo": dict(n=2, correct=1, accuracy=0.5)}
+    monkeypatch.setattr(sample, "generate", scripted_generate(script))
+    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data)), 32, group_by="topic")
+    assert summary["per_group"] == expected and summary["accuracy"] == pytest.approx(0.8)
+    assert [r["topic"] for r in records] == topics
+    assert "per_group" not in E.evaluate(net, tokenizer, P.load_problems(str(data)), 32)[1]
+    # the CLI flag, through --responses: the same answers graded from a file
+    responses = write_jsonl(tmp_path / "engine.jsonl", [dict(id=f"p{i}", response=f"\\boxed{{{script[q][0]}}}")
+                                                        for i, (q, *_) in enumerate(PROBLEMS)])
+    summary = E.main(["--responses", str(responses), "--dataset", str(data), "--group-by", "topic",
+                      "--out", str(tmp_path / "graded")])
+    assert json.loads((tmp_path / "graded" / "summary.json").read_text())["per_group"] == expected
+    assert "per topic  ? 100.0% (1/1), alg 100.0% (2/2), geo 50.0% (1/2)" in capsys.readouterr().out
+
+
 def test_evaluate_majority_and_pass_at_k_with_known_samples(tiny, data, monkeypatch):
     import problems as P
     script = {PROBLEMS[0][0]: ["4", "5", "5", "4.0", "6"],  # 4 vs 5 tie 2:2, 4 sampled first -> right

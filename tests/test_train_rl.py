@@ -24,27 +24,65 @@ def test_group_advantages_hand_computed():
     assert torch.equal(T.group_advantages(torch.ones(1, 4), True), torch.zeros(1, 4))
 
 
-def test_clipped_surrogate_and_k3_hand_values():
-    old = torch.zeros(4)
-    logp = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5]))
-    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+def test_rloo_and_reinforce_pp_advantages_hand_computed():
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    # leave-one-out: row 0 sample 0 -> 1 - mean(0,0,0) = 1; sample 1 -> 0 - mean(1,0,0) = -1/3
+    assert torch.allclose(T.leave_one_out_advantages(r)[0], torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))
+    # REINFORCE++ baseline: centred [[.75,-.25,-.25,-.25],[.5,.5,-.5,-.5]], batch mean 0,
+    # unbiased batch std sqrt((.5625 + 3 * .0625 + 4 * .25) / 7) = 0.5
+    expected = torch.tensor([[1.5, -0.5, -0.5, -0.5], [1.0, 1.0, -1.0, -1.0]])
+    assert torch.allclose(T.batch_normalized_advantages(r), expected, atol=1e-5)
+
+
+def micro_batch(logp, old_logp, adv, mask, **extra):
+    b = dict(logp=logp, old_logp=old_logp, ref_logp=None, mask=mask, adv=adv, n_sequences=len(adv),
+             n_tokens=int(mask.sum()), tis=torch.ones_like(mask))
+    b.update(extra)
+    return b
+
+
+def test_ppo_terms_decoupled_clip_and_kl_estimators_hand_values():
+    logp = torch.log(torch.tensor([[1.5], [1.5], [0.5], [0.5]]))
+    b = micro_batch(logp, torch.zeros(4, 1), torch.tensor([1.0, -1.0, 1.0, -1.0]), torch.ones(4, 1))
     # rho=1.5, A=+1 -> min(1.5, 1.2) = 1.2; A=-1 -> min(-1.5, -1.2) = -1.5
     # rho=0.5, A=+1 -> min(0.5, 0.8) = 0.5; A=-1 -> min(-0.5, -0.8) = -0.8
-    assert torch.allclose(T.clipped_surrogate(logp, old, adv, 0.2), torch.tensor([1.2, -1.5, 0.5, -0.8]))
-    # k3 with pi = 0.5, pi_ref = 0.25: r = 0.5 -> 0.5 - ln 0.5 - 1 = 0.193147
-    k3 = T.kl_k3(torch.log(torch.tensor([0.5, 0.3])), torch.log(torch.tensor([0.25, 0.3])))
-    assert torch.allclose(k3, torch.tensor([0.5 + math.log(2) - 1, 0.0]), atol=1e-6)
+    sym = T.Config(clip_low=0.2, clip_high=0.2)
+    assert torch.allclose(T.ppo_terms(b, sym).flatten(), torch.tensor([1.2, -1.5, 0.5, -0.8]))
+    higher = T.Config(clip_low=0.2, clip_high=0.28)  # DAPO clip-higher: only the first term moves
+    assert torch.allclose(T.ppo_terms(b, higher).flatten(), torch.tensor([1.28, -1.5, 0.5, -0.8]))
+    # pi = 0.5, pi_ref = 0.25: log r = ln 2; k1 = ln 2, k2 = (ln 2)^2 / 2, k3 = 1/2 - 1 + ln 2
+    pi, ref = torch.log(torch.tensor([0.5, 0.3])), torch.log(torch.tensor([0.25, 0.3]))
+    ln2 = math.log(2)
+    for est, value in (("k1", ln2), ("k2", ln2 ** 2 / 2), ("k3", 0.5 - 1 + ln2)):
+        assert torch.allclose(T.kl_estimate(pi, ref, est), torch.tensor([value, 0.0]), atol=1e-6), est
 
 
-def loss_grad(objective, rewards, lengths, budget, clip_eps=0.2):
-    cfg = T.Config(objective=objective, max_new_tokens=budget, clip_eps=clip_eps)
+def test_truncated_is_weights_and_overlong_penalty_hand_values():
+    old = torch.log(torch.tensor([[0.5, 0.3, 0.9]]))
+    sampler = torch.log(torch.tensor([[0.25, 0.6, 0.1]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    # ratios 2 and 0.5; the cap 1.5 truncates the first; padding gets weight 1
+    assert torch.allclose(T.truncated_is_weights(old, sampler, mask, 1.5), torch.tensor([[1.5, 0.5, 1.0]]))
+    assert torch.equal(T.truncated_is_weights(old, sampler, mask, 0.0), torch.ones(1, 3))
+    # DAPO eq. 13 with budget 100 and buffer 20: free up to 80 tokens, then linear to -1 at 100
+    assert [T.overlong_penalty(n, 100, 20) for n in (50, 80, 90, 100)] == [0.0, 0.0, -0.5, -1.0]
+    assert T.overlong_penalty(100, 100, 0) == 0.0
+
+
+def loss_grad(objective, rewards, lengths, budget, **cfg_kw):
+    cfg = T.Config(objective=objective, max_new_tokens=budget, **cfg_kw)
     adv = T.OBJECTIVES[objective].advantages(torch.tensor([rewards], dtype=torch.float32)).flatten()
     mask = torch.tensor([[1.0] * n + [0.0] * (budget - n) for n in lengths])
     logp = torch.full(mask.shape, -1.0, requires_grad=True)
-    b = dict(logp=logp, old_logp=logp.detach(), ref_logp=None, mask=mask, adv=adv, n_sequences=len(rewards))
-    loss = T.OBJECTIVES[objective].loss(b, cfg)
+    ref = torch.full(mask.shape, -1.5)
+    loss = T.OBJECTIVES[objective].loss(micro_batch(logp, logp.detach(), adv, mask, ref_logp=ref), cfg)
     loss.backward()
     return loss.item(), logp.grad, adv
+
+
+def per_token(values, lengths, budget):
+    """(N, budget) tensor holding values[i] on sequence i's completion tokens, 0 on padding."""
+    return torch.tensor([[v] * n + [0.0] * (budget - n) for v, n in zip(values, lengths)])
 
 
 def test_drgrpo_loss_and_gradient_hand_computed():
@@ -52,18 +90,53 @@ def test_drgrpo_loss_and_gradient_hand_computed():
     loss, grad, adv = loss_grad("drgrpo", [1, 0, 0, 0], [2, 3, 1, 4], budget=4)
     assert loss == pytest.approx(-(0.75 * 2 - 0.25 * (3 + 1 + 4)) / (4 * 4))  # = 0.03125
     # d loss / d logp_it = -A_i / (budget * N) on completion tokens, 0 on padding
-    expected = torch.tensor([[-0.75, -0.75, 0, 0], [0.25, 0.25, 0.25, 0], [0.25, 0, 0, 0], [0.25] * 4]) / 16
-    assert torch.allclose(grad, expected)
+    assert torch.allclose(grad, per_token([-0.75, 0.25, 0.25, 0.25], [2, 3, 1, 4], 4) / 16)
+    # a k1 KL loss term adds beta * (logp - ref) per token: gradient -(A_i - beta) / (budget * N)
+    _, grad, _ = loss_grad("drgrpo", [1, 0, 0, 0], [2, 3, 1, 4], budget=4, kl_coef=0.1, kl_estimator="k1")
+    assert torch.allclose(grad, per_token([-0.65, 0.35, 0.35, 0.35], [2, 3, 1, 4], 4) / 16)
 
 
-def test_grpo_loss_and_gradient_hand_computed():
-    loss, grad, adv = loss_grad("grpo", [1, 0, 0, 0], [2, 3, 1, 4], budget=4)
-    assert torch.allclose(adv, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-4)
-    assert loss == pytest.approx(0.0, abs=1e-5)  # at rho = 1 the per-sequence means are the advantages
-    # d loss / d logp_it = -A_i / (|o_i| * N)
-    a = adv.tolist()
-    expected = torch.tensor([[-a[0] / 2] * 2 + [0, 0], [-a[1] / 3] * 3 + [0], [-a[2], 0, 0, 0], [-a[3] / 4] * 4]) / 4
-    assert torch.allclose(grad, expected, atol=1e-5)
+def test_grpo_and_gspo_loss_and_gradient_hand_computed():
+    for objective in ("grpo", "gspo"):  # at rho = 1 GSPO's gradient is GRPO's (Zheng et al. 2025, sec. 4.2)
+        loss, grad, adv = loss_grad(objective, [1, 0, 0, 0], [2, 3, 1, 4], budget=4)
+        assert torch.allclose(adv, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-4)
+        assert loss == pytest.approx(0.0, abs=1e-5)  # at rho = 1 the per-sequence means are the advantages
+        a = adv.tolist()  # d loss / d logp_it = -A_i / (|o_i| * N)
+        assert torch.allclose(grad, per_token([-a[0] / 2, -a[1] / 3, -a[2], -a[3] / 4], [2, 3, 1, 4], 4) / 4,
+                              atol=1e-5), objective
+
+
+def test_gspo_clips_the_sequence_ratio():
+    # one sequence with token log-ratios 0.1 and 0.3: s = exp(0.2) = 1.2214, outside [1 - 3e-4, 1 + 4e-4]
+    old = torch.zeros(1, 2)
+    for adv, expected_grad in ((1.0, 0.0), (-1.0, math.exp(0.2) / 2)):
+        logp = torch.tensor([[0.1, 0.3]], requires_grad=True)
+        cfg = T.Config(objective="gspo", clip_low=3e-4, clip_high=4e-4)
+        T.gspo_loss(micro_batch(logp, old, torch.tensor([adv]), torch.ones(1, 2)), cfg).backward()
+        # A > 0: min(s, 1.0004) is the clipped constant, no gradient; A < 0: -s is kept, d/dlogp_t = s / 2
+        assert torch.allclose(logp.grad, torch.full((1, 2), expected_grad)), adv
+
+
+def test_dapo_and_cispo_token_level_mean_hand_computed():
+    for objective in ("dapo", "cispo"):
+        loss, grad, adv = loss_grad(objective, [1, 0, 0, 0], [2, 3, 1, 4], budget=4)
+        # 10 tokens in the batch: loss = -(1.5 * 2 - 0.5 * 8) / 10 = 0.1; d loss / d logp_it = -A_i / 10
+        # (CISPO's loss is A * logp with logp = -1, so its value is -(sum A_i |o_i| * -1) / 10 = -0.1)
+        assert loss == pytest.approx(0.1 if objective == "dapo" else -0.1, abs=1e-5)
+        assert torch.allclose(grad, per_token([-1.5, 0.5, 0.5, 0.5], [2, 3, 1, 4], 4) / 10, atol=1e-5)
+
+
+def test_cispo_keeps_the_gradient_that_ppo_clipping_drops():
+    # token ratios 1.5 and 0.5, A = +1: PPO clips the first token (no gradient); CISPO weights it by
+    # the clipped, detached ratio 1.2 and the second by 0.5: gradient -[1.2, 0.5] / 2 tokens
+    old = torch.zeros(1, 2)
+    logp = torch.log(torch.tensor([[1.5, 0.5]])).requires_grad_()
+    b = micro_batch(logp, old, torch.tensor([1.0]), torch.ones(1, 2))
+    T.cispo_loss(b, T.Config(clip_low=1.0, clip_high=0.2)).backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-0.6, -0.25]]))
+    logp.grad = None
+    T.token_mean_loss(b, T.Config(clip_low=0.2, clip_high=0.2)).backward()
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.25]]))
 
 
 def test_all_equal_group_gives_zero_gradient():
@@ -144,8 +217,8 @@ def test_resume_continues_exactly(run_setup, tmp_path):
 
 
 def test_mu1_clipping_changes_nothing(run_setup, tmp_path):
-    a = T.train(run_setup(steps=1, clip_eps=0.2, out=str(tmp_path / "a")))
-    b = T.train(run_setup(steps=1, clip_eps=1e9, out=str(tmp_path / "b")))
+    a = T.train(run_setup(steps=1, clip_low=0.2, clip_high=0.2, out=str(tmp_path / "a")))
+    b = T.train(run_setup(steps=1, clip_low=1e9, clip_high=1e9, out=str(tmp_path / "b")))
     wa, wb = weights(a / "final"), weights(b / "final")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     m = json.loads((a / "metrics.jsonl").read_text().splitlines()[0])
@@ -153,7 +226,7 @@ def test_mu1_clipping_changes_nothing(run_setup, tmp_path):
 
 
 def test_epochs_per_batch_clips_later_epochs(run_setup):
-    run = T.train(run_setup(steps=1, epochs_per_batch=3, clip_eps=0.01, lr=5e-2))
+    run = T.train(run_setup(steps=1, epochs_per_batch=3, clip_low=0.01, clip_high=0.01, lr=5e-2))
     m = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert m["clip_fraction"] > 0  # the policy moved between epochs, so ratios left [1-e, 1+e]
 
@@ -163,6 +236,72 @@ def test_grpo_with_kl_logs_a_nonnegative_kl(run_setup):
     m = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert m[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the first step: policy == reference
     assert m[1]["kl"] > 0
+
+
+@pytest.mark.parametrize("objective", sorted(T.OBJECTIVES))
+def test_every_objective_runs_and_updates(run_setup, char_model_dir, objective):
+    run = T.train(run_setup(objective=objective, steps=2, out=str(run_setup().out) + objective))
+    m = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["loss"]) and not r["skipped_update"] for r in m), m
+    before, after = weights(char_model_dir), weights(run / "final")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(run_setup, char_model_dir):
+    cfg = run_setup(kl_coef=0.5, kl_in="reward", kl_estimator="k1")
+    policy, tok = M.load_model(char_model_dir, device="cpu"), M.load_tokenizer(char_model_dir)
+    reference = M.load_model(char_model_dir, device="cpu")
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rows = T.collect_rollouts(policy, tok, [dict(problem="What is 1 + 1?", answer="2")], cfg, seed=0)
+    for r in rows:
+        r["reward"] = 1.0
+    T.add_reference_kl(reference, rows, cfg, "cpu", tok.pad_id)
+    for r in rows:  # independently: full forward of the reference, log-softmax of each completion token
+        seq = torch.tensor([r["prompt"] + r["tokens"]])
+        with torch.no_grad():
+            ref = reference(seq)[0, len(r["prompt"]) - 1:-1].log_softmax(-1)
+        ref_logp = ref.gather(-1, torch.tensor(r["tokens"])[:, None]).squeeze(-1)
+        kl = sum(r["sampler_logprobs"]) - ref_logp.sum().item()  # k1 summed over the sequence
+        assert r["kl"] == pytest.approx(kl, abs=1e-4) and r["reward"] == pytest.approx(1.0 - 0.5 * kl, abs=1e-4)
+    run = T.train(run_setup(objective="reinforce_pp", kl_coef=0.1, kl_in="reward", steps=2))
+    m = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert m[0]["kl"] == pytest.approx(0.0, abs=1e-5) and m[1]["kl"] > 0  # k3: zero while policy == reference
+
+
+def test_dynamic_sampling_keeps_only_mixed_groups(run_setup, char_model_dir):
+    policy, tok = M.load_model(char_model_dir, device="cpu"), M.load_tokenizer(char_model_dir)
+    pool = T.P.load_problems(run_setup().dataset)
+    seconds = dict(sampling=0.0, verifying=0.0)
+    plain_drawn, plain_batch = T.draw_rollouts(policy, tok, pool, run_setup(), 0, seconds)
+    assert plain_drawn == plain_batch and len(plain_batch) == 2 * 4
+    for step in range(4):
+        cfg = run_setup(dynamic_sampling=True, max_draws=3)
+        drawn, batch = T.draw_rollouts(policy, tok, pool, cfg, step, seconds)
+        groups = [batch[i:i + 4] for i in range(0, len(batch), 4)]
+        assert all(0 < sum(r["correct"] for r in g) < 4 for g in groups)  # mixed correctness only
+        assert len(drawn) % 8 == 0 and len(drawn) <= 3 * 8 and len(groups) <= 2
+        assert len(groups) == 2 or len(drawn) == 3 * 8  # short of P groups only when the draws ran out
+        assert all(any(r is d for d in drawn) for r in batch)
+        if step == 0:  # the first draw is the one a plain run makes
+            assert [r["tokens"] for r in drawn[:8]] == [r["tokens"] for r in plain_drawn]
+    assert seconds["sampling"] > 0
+
+
+def test_truncated_is_on_cpu_changes_nothing_when_sampler_equals_trainer(run_setup, tmp_path):
+    a = T.train(run_setup(steps=1, out=str(tmp_path / "a")))
+    b = T.train(run_setup(steps=1, tis_cap=2.0, out=str(tmp_path / "b")))
+    wa, wb = weights(a / "final"), weights(b / "final")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_objective_defaults_apply_on_the_command_line_and_flags_win():
+    assert T.parse_args(["--objective", "dapo"]).clip_high == 0.28
+    assert T.parse_args(["--objective", "dapo"]).dynamic_sampling is True
+    assert T.parse_args(["--objective", "dapo", "--clip-high", "0.3"]).clip_high == 0.3
+    assert T.parse_args(["--objective", "gspo"]).clip_low == 3e-4
+    assert T.parse_args(["--objective", "grpo"]).clip_high == 0.2
 
 
 def test_lora_trains_only_adapters_and_merged_checkpoint_matches(run_setup, char_model_dir):
@@ -197,8 +336,14 @@ def test_nonfinite_loss_skips_the_update(run_setup, char_model_dir, monkeypatch)
 
 
 def test_bad_inputs_error_clearly(run_setup, tmp_path):
-    with pytest.raises(ValueError, match="grpo, drgrpo"):
+    with pytest.raises(ValueError, match="grpo, drgrpo, dapo"):
         T.train(run_setup(objective="ppo"))
+    for bad, flag in ((dict(kl_estimator="k4"), "kl-estimator"), (dict(kl_in="advantage"), "kl-in"),
+                      (dict(clip_low=-0.1), "clip-low"), (dict(tis_cap=-1.0), "tis-cap"),
+                      (dict(overlong_buffer=8), "overlong-buffer"), (dict(max_draws=0), "max-draws"),
+                      (dict(objective="rloo", group_size=1), "group-size")):
+        with pytest.raises(ValueError, match=flag):
+            T.train(run_setup(**bad))
     for flag in ("steps", "group_size", "problems_per_step", "max_new_tokens"):
         with pytest.raises(ValueError, match=flag.replace("_", "-")):
             T.train(run_setup(**{flag: 0}))
@@ -220,8 +365,8 @@ def test_bad_inputs_error_clearly(run_setup, tmp_path):
 
 
 def test_cli_flags_come_from_the_config():
-    cfg = T.parse_args(["--objective", "grpo", "--group-size", "4", "--no-skip-uniform-groups"])
-    assert cfg.objective == "grpo" and cfg.group_size == 4 and cfg.skip_uniform_groups is False
+    cfg = T.parse_args(["--objective", "grpo", "--group-size", "4", "--no-skip-zero-advantage"])
+    assert cfg.objective == "grpo" and cfg.group_size == 4 and cfg.skip_zero_advantage is False
     assert T.parse_args([]).model == M.DEFAULT_MODEL and T.parse_args([]).num_problems == 50
     tiny = T.parse_args(["--model", "tiny", "--steps", "7"])
     assert tiny.dataset == "tiny_train" and tiny.steps == 7
