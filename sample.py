@@ -9,6 +9,11 @@ How a call runs:
    so they stop costing compute.
 4. Every generated token gets its log-probability under the unmodified policy (softmax at temperature 1,
    before top-k/top-p), which training needs for importance ratios.
+
+Randomness is counter-based: the draw of sample j of prompt i at position t is a pure function of (the
+prompt's seed, j, t) through a hash and the Gumbel-max trick, never of a generator's state. So a prompt's
+samples do not depend on which other prompts share its batch, on chunking, on compaction or, in training
+over several processes, on which rank drew it.
 """
 
 import sys
@@ -41,9 +46,35 @@ def default_token_budget(model, cache_gib=4.0):
 # -----------------------------------------------------------------------------
 # Choosing the next token
 
+MASK32 = 0xFFFFFFFF
 
-def sample_next(logits, temperature, top_p, top_k, generator):
-    """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else top-k/top-p sampling."""
+
+def hash32(x):
+    """A 32-bit integer mixing function (two multiply-xorshift rounds) on int64 tensors: every input bit
+    affects every output bit, so consecutive counters give unrelated values. Products stay below 2^59."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & MASK32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & MASK32
+    return (x >> 16) ^ x
+
+
+def row_keys(prompt_seeds, n):
+    """(B,) prompt seeds -> (B * n,) row seeds: sample j of a prompt gets its own stream."""
+    j = torch.arange(n, device=prompt_seeds.device).repeat(len(prompt_seeds))
+    return hash32((hash32(prompt_seeds.repeat_interleave(n) & MASK32) + j * 0x9E3779B9) & MASK32)
+
+
+def gumbel_noise(keys, step, vocab):
+    """Standard Gumbel noise (B, vocab) as a pure function of (row key, step, token id)."""
+    step_key = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32)  # (B,)
+    token = torch.arange(vocab, device=keys.device, dtype=torch.int64) * 0xC2B2AE35
+    bits = hash32((step_key[:, None] + token[None, :]) & MASK32)  # (B, vocab) uniform 32-bit integers
+    u = (bits.double() + 0.5) / 2.0**32  # in (0, 1)
+    return -torch.log(-torch.log(u))
+
+
+def sample_next(logits, temperature, top_p, top_k, keys, step):
+    """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else top-k/top-p sampling by the
+    Gumbel-max trick (argmax of logits + Gumbel noise is a draw from their softmax) with the rows' keys."""
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits / temperature
@@ -56,7 +87,7 @@ def sample_next(logits, temperature, top_p, top_k, generator):
         drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    return (logits.double() + gumbel_noise(keys, step, logits.shape[-1])).argmax(-1)
 
 
 # -----------------------------------------------------------------------------
@@ -112,7 +143,7 @@ def plan_chunks(prompts, n, max_new_tokens, token_budget):
 
 
 @torch.inference_mode()
-def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, generator,
+def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds,
                    pad_id, on_token):
     """Complete one chunk of prompts: n rows each, in order prompt 0 sample 0..n-1, prompt 1, ..."""
     device = model.lm_head.weight.device
@@ -128,12 +159,13 @@ def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
         cache.select(rows)
         logits = logits[rows]  # each of the n rows draws its own first token below
     results = [Completion(prompt_index=b) for b in range(B) for _ in range(n)]
+    keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # (B * n,), follows the rows
     row_result = torch.arange(B * n, device=device)  # result index of each cache row; -1 once finished
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     for step in range(max_new_tokens):
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
         live_logits = logits[live].float()
-        token = sample_next(live_logits, temperature, top_p, top_k, generator)
+        token = sample_next(live_logits, temperature, top_p, top_k, keys[row_result[live]], step)
         logp = live_logits.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1)
         done = torch.isin(token, stop)
         for r, t, lp, d in zip(row_result[live].tolist(), token.tolist(), logp.tolist(), done.tolist()):
@@ -161,7 +193,8 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     """Complete each prompt (a list of token ids) n times; returns len(prompts) * n Completions, in order
     prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
 
-    temperature=0 is greedy. `seed` makes sampling reproducible. `token_budget` bounds the KV cache
+    temperature=0 is greedy. `seed` (an int, or one int per prompt) makes sampling reproducible: prompt i
+    is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else. `token_budget` bounds the KV cache
     (rows x slots) of one chunk. `progress` is True for a progress line on stderr, or a callable
     progress(tokens_done, rows_done, rows_total, seconds).
     """
@@ -170,9 +203,13 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
         return []
     token_budget = token_budget or default_token_budget(model)
     check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, token_budget)
-    device = model.lm_head.weight.device
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed if seed is not None else torch.randint(2**62, ()).item())
+    if seed is None:
+        seed = int(torch.randint(2**31, ()))
+    if isinstance(seed, int):  # prompt i's seed: a hash of (seed, i), so nearby seeds share no streams
+        seed = hash32((hash32(torch.tensor(seed & MASK32)) + torch.arange(len(prompts)) * 0x27D4EB2F) & MASK32).tolist()
+    seeds = list(seed)
+    if len(seeds) != len(prompts) or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"seed must be an int or a list of {len(prompts)} ints (one per prompt), got {seed!r}")
     stats = dict(tokens=0, rows_done=0, t0=time.time(), last=0.0)
     rows_total = len(prompts) * n
 
@@ -192,7 +229,7 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     results = [None] * rows_total
     for chunk in plan_chunks(prompts, n, max_new_tokens, token_budget):
         out = generate_chunk(model, [prompts[i] for i in chunk], n, max_new_tokens, temperature, top_p, top_k,
-                             stop_token_ids, generator, pad_id, on_token)
+                             stop_token_ids, [seeds[i] for i in chunk], pad_id, on_token)
         for c in out:
             i = chunk[c.prompt_index]
             c.prompt_index = i

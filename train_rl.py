@@ -285,12 +285,18 @@ def is_direct_answer(text):
     return text.lstrip().startswith("\\boxed")
 
 
-def collect_rollouts(policy, tokenizer, batch, cfg, seed):
-    """Sample G completions per problem: a list of dicts, problem-major."""
+def sampling_seeds(cfg, step, draw, n):
+    """One seed per problem of a draw, from (seed, step, draw, position): a group's samples do not depend on
+    which other problems share its batch or on which process draws it."""
+    return [(((cfg.seed * 1_000_003 + step) * 1_009 + draw) * 100_003 + k) % 2**32 for k in range(n)]
+
+
+def collect_rollouts(policy, tokenizer, batch, cfg, seeds):
+    """Sample G completions per problem (problem k with seeds[k]): a list of dicts, problem-major."""
     prompts = [tokenizer.encode(P.format_prompt(p["problem"], cfg.template)) for p in batch]
     completions = generate(policy, prompts, cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                            n=cfg.group_size, stop_token_ids=tokenizer.stop_token_ids(chat=cfg.template != "base"),
-                           seed=seed, pad_id=tokenizer.pad_id)
+                           seed=seeds, pad_id=tokenizer.pad_id)
     return [dict(problem=batch[c.prompt_index], prompt=prompts[c.prompt_index], tokens=c.tokens,
                  sampler_logprobs=c.logprobs, finish_reason=c.finish_reason, text=tokenizer.decode(c.tokens))
             for c in completions]
@@ -319,7 +325,7 @@ def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
             idx = torch.randperm(len(train_set), generator=gen)[:cfg.problems_per_step].tolist()
         t0 = time.time()
         rollouts = collect_rollouts(policy, tokenizer, [train_set[i] for i in idx], cfg,
-                                    seed=cfg.seed * 1_000_003 + step + draw * 1_000_000_007)
+                                    sampling_seeds(cfg, step, draw, len(idx)))
         t1 = time.time()
         score_rollouts(rollouts, cfg)
         seconds["sampling"] += t1 - t0
@@ -332,6 +338,25 @@ def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
         if len(batch_groups) == cfg.problems_per_step:
             break
     return drawn, [r for g in batch_groups for r in g]
+
+
+def ngrams(tokens, n=4):
+    return {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
+
+
+def group_diversity(rollouts, G):
+    """Simple diversity signals averaged over groups: the std of completion lengths, the number of distinct
+    final answers, and the mean pairwise Jaccard overlap of token 4-gram sets (1 = identical samples)."""
+    spread, answers, overlap = [], [], []
+    for g in (rollouts[i:i + G] for i in range(0, len(rollouts), G)):
+        lengths = torch.tensor([float(len(r["tokens"])) for r in g])
+        spread.append(lengths.std().item() if G > 1 else 0.0)
+        answers.append(len({verify.extract_answer(r["text"]) for r in g}))
+        sets = [ngrams(r["tokens"]) for r in g]
+        pairs = [(a, b) for i, a in enumerate(sets) for b in sets[i + 1:]]
+        overlap += [len(a & b) / len(a | b) for a, b in pairs if a | b]
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+    return dict(group_length_std=mean(spread), group_distinct_answers=mean(answers), group_ngram_overlap=mean(overlap))
 
 
 # -----------------------------------------------------------------------------
@@ -696,7 +721,7 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
         response_tokens_mean=generated / n, response_tokens_max=max(lengths),
         truncation_rate=sum(r["finish_reason"] == "length" for r in drawn) / n,
         mixed_groups=sum(mixed) / len(mixed), draws=n // (G * cfg.problems_per_step),
-        batch_groups=len(rollouts) // G, entropy=stats["entropy"], clip_fraction=stats["clip_fraction"],
+        batch_groups=len(rollouts) // G, **group_diversity(drawn, G), entropy=stats["entropy"], clip_fraction=stats["clip_fraction"],
         **({"kl": stats["kl"]} if cfg.kl_coef else {}), loss=stats["loss"], grad_norm=stats["grad_norm"],
         lr=lr_at(step, cfg), skipped_update=stats["nonfinite"] or not rows,
         sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"], training_seconds=t3 - t2,

@@ -137,13 +137,44 @@ def test_tiny_top_p_is_greedy_and_top_k_1_is_greedy(tiny):
     assert [o.tokens for o in S.generate(model, prompts, 15, temperature=1.0, top_k=1, seed=2)] == greedy
 
 
+def draws(logits, top_p=1.0, top_k=0, rows=4000):
+    """rows independent draws from one distribution: every row its own key."""
+    keys = S.row_keys(torch.tensor([7]), rows)
+    return S.sample_next(logits.expand(rows, -1), 1.0, top_p, top_k, keys, step=0)
+
+
 def test_sample_next_filters():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    g = torch.Generator().manual_seed(0)
-    draws = {int(S.sample_next(logits, 1.0, 0.7, 0, g)) for _ in range(300)}
-    assert draws == {0, 1}  # 0.5 < 0.7 needs the second token; 0.8 >= 0.7 stops there
-    draws = {int(S.sample_next(logits, 1.0, 1.0, 3, g)) for _ in range(300)}
-    assert draws == {0, 1, 2}
+    assert set(draws(logits, top_p=0.7).tolist()) == {0, 1}  # 0.5 < 0.7 needs the second token; 0.8 >= 0.7 stops
+    assert set(draws(logits, top_k=3).tolist()) == {0, 1, 2}
+
+
+def test_gumbel_draws_follow_the_softmax():
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    counts = torch.bincount(draws(torch.log(p)[None], rows=20000), minlength=4).double()
+    chi2 = (((counts - 20000 * p) ** 2) / (20000 * p)).sum().item()
+    assert chi2 < 16.3  # chi-square, 3 degrees of freedom: p = 0.001
+    # with top-p 0.9 the kept tokens {0, 1, 2} are drawn in proportion 0.5 : 0.3 : 0.15
+    kept = torch.bincount(draws(torch.log(p)[None], top_p=0.9, rows=20000), minlength=4).double()
+    q = torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95
+    assert kept[3] == 0 and (((kept[:3] - 20000 * q[:3]) ** 2) / (20000 * q[:3])).sum().item() < 13.8  # 2 dof
+    # consecutive steps of one row are independent too: pairs (step t, step t+1) are not correlated
+    keys = S.row_keys(torch.tensor([3]), 5000)
+    x = [S.sample_next(torch.log(p)[None].expand(5000, -1), 1.0, 1.0, 0, keys, step=t).double() for t in (0, 1)]
+    assert abs(torch.corrcoef(torch.stack(x))[0, 1].item()) < 0.05
+
+
+def test_a_prompts_samples_do_not_depend_on_its_batch(tiny):
+    model, _ = tiny
+    prompts = random_prompts([5, 17, 3, 9])
+    seeds = [11, 22, 33, 44]
+    together = S.generate(model, prompts, 12, temperature=1.0, n=3, seed=seeds)
+    split = S.generate(model, prompts, 12, temperature=1.0, n=3, seed=seeds, token_budget=100)
+    alone = [c for i in (2, 0) for c in S.generate(model, [prompts[i]], 12, temperature=1.0, n=3, seed=[seeds[i]])]
+    assert [o.tokens for o in split] == [o.tokens for o in together]
+    assert [o.tokens for o in alone] == [o.tokens for o in together[6:9] + together[0:3]]
+    with pytest.raises(ValueError, match="seed"):
+        S.generate(model, prompts, 4, seed=[1, 2])
 
 
 def test_token_budget_splits_without_changing_greedy_output(tiny):

@@ -69,6 +69,17 @@ def test_truncated_is_weights_and_overlong_penalty_hand_values():
     assert T.overlong_penalty(100, 100, 0) == 0.0
 
 
+def test_group_diversity_hand_computed():
+    rows = [dict(tokens=[1, 2, 3, 4, 5], text="\\boxed{1}"), dict(tokens=[1, 2, 3, 4, 6], text="\\boxed{2}"),
+            dict(tokens=[1, 2, 3, 4], text="so \\boxed{7}"), dict(tokens=[1, 2, 3], text="\\boxed{7}")]
+    d = T.group_diversity(rows, G=2)
+    # group 1: lengths 5, 5 (std 0), answers {1, 2}, 4-grams share 1 of 3 -> 1/3
+    # group 2: lengths 4, 3 (std 0.7071), one answer, 4-gram sets {(1,2,3,4)} and {} -> 0
+    assert d["group_length_std"] == pytest.approx(math.sqrt(0.5) / 2)
+    assert d["group_distinct_answers"] == 1.5
+    assert d["group_ngram_overlap"] == pytest.approx((1 / 3 + 0) / 2)
+
+
 def loss_grad(objective, rewards, lengths, budget, **cfg_kw):
     cfg = T.Config(objective=objective, max_new_tokens=budget, **cfg_kw)
     adv = T.OBJECTIVES[objective].advantages(torch.tensor([rewards], dtype=torch.float32)).flatten()
@@ -254,7 +265,7 @@ def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(run_setup, char_model
     with torch.no_grad():
         for p in reference.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    rows = T.collect_rollouts(policy, tok, [dict(problem="What is 1 + 1?", answer="2")], cfg, seed=0)
+    rows = T.collect_rollouts(policy, tok, [dict(problem="What is 1 + 1?", answer="2")], cfg, seeds=[0])
     for r in rows:
         r["reward"] = 1.0
     T.add_reference_kl(reference, rows, cfg, "cpu", tok.pad_id)
@@ -409,30 +420,13 @@ def test_gpu_rollout_copy_is_bf16_and_tracks_the_policy(char_model_dir):
 # End to end on the embedded tiny world: RL must raise held-out accuracy from the committed checkpoint
 
 
-def tiny_rl_effect(objective, seed, out, model="tiny", steps=12, n_test=200):
-    """Greedy tiny_test accuracy and direct-answer share before and after a short RL run."""
-    import evaluate
-    import problems as P
-    test = P.load_problems("tiny_test", limit=n_test)
-
-    def measure(path):
-        records, summary = evaluate.evaluate(M.load_model(path, device="cpu"), M.load_tokenizer(path), test,
-                                             max_new_tokens=64, batch_size=n_test)
-        return summary["accuracy"], sum(T.is_direct_answer(r["response"]) for r in records) / len(records)
-    cfg = T.parse_args(["--model", "tiny", "--objective", objective, "--steps", str(steps), "--problems-per-step", "8",
-                        "--eval-every", "0", "--test-dataset", "", "--save-every", "0", "--seed", str(seed),
-                        "--device", "cpu", "--out", str(out)])
-    cfg.model = str(model)
-    run = T.train(cfg)
-    return measure(model), measure(run / "final")
-
-
 # Measured from the committed checkpoint over seeds 0-2 (12 steps x 8 problems x 8 samples, greedy on 200
 # test problems, from 32.0% and a direct-answer share of 0.53): drgrpo +21.5 to +29.0 points, share down to
 # 0.06-0.09; grpo +25.0 to +36.5 points, share down to 0.00-0.03. The thresholds keep a wide margin.
 @pytest.mark.parametrize("objective", ["drgrpo", "grpo"])
 def test_tiny_world_rl_raises_held_out_accuracy(objective, tmp_path):
-    (acc0, direct0), (acc1, direct1) = tiny_rl_effect(objective, seed=0, out=tmp_path / "run")
+    from benchmarks.compare_objectives import rl_effect
+    (acc0, direct0, _), (acc1, direct1, _) = rl_effect(objective, seed=0, out=tmp_path / "run")
     assert 0.10 < acc0 < 0.60  # the committed checkpoint is "sometimes right"
     assert acc1 >= acc0 + 0.10, (acc0, acc1)
     assert direct1 <= direct0 - 0.25, (direct0, direct1)  # RL teaches it to work step by step

@@ -1,0 +1,99 @@
+"""
+Every objective on the embedded tiny world, side by side: a short run per objective and seed from the
+committed checkpoint, then greedy accuracy and direct-answer share on tiny_test before and after.
+
+    python benchmarks/compare_objectives.py             # 7 objectives x seeds 0-2, 20 steps x 16 problems each
+    python benchmarks/compare_objectives.py --quick     # drgrpo and grpo, seed 0, 4 steps (a smoke test)
+
+Every run uses the tiny world's defaults from train_rl.py (G = 8, lr 1e-4, 64 new tokens) and each
+objective's own flag defaults (e.g. DAPO's clip-higher and dynamic sampling); only the objective and the
+seed change. All seeds are printed, none dropped.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import evaluate as E  # noqa: E402
+import model as M  # noqa: E402
+import problems as P  # noqa: E402
+import train_rl as T  # noqa: E402
+
+PAPERS = {
+    "grpo": "Shao et al. 2024 (DeepSeekMath)", "drgrpo": "Liu et al. 2025 (Dr. GRPO)", "dapo": "Yu et al. 2025",
+    "gspo": "Zheng et al. 2025", "cispo": "MiniMax 2025 (M1)", "rloo": "Ahmadian et al. 2024",
+    "reinforce_pp": "Hu et al. 2025 (REINFORCE++)",
+}
+
+
+def greedy_test(model_path, n_test):
+    """(greedy accuracy, direct-answer share, mean response tokens) on the first n_test tiny_test problems."""
+    test = P.load_problems("tiny_test", limit=n_test)
+    tokenizer = M.load_tokenizer(model_path)
+    records, summary = E.evaluate(M.load_model(model_path, device="cpu"), tokenizer, test,
+                                  max_new_tokens=64, batch_size=n_test)
+    direct = sum(T.is_direct_answer(r["response"]) for r in records) / len(records)
+    length = statistics.mean(len(tokenizer.encode(r["response"])) for r in records)
+    return summary["accuracy"], direct, length
+
+
+def rl_effect(objective, seed, out, steps=12, problems_per_step=8, n_test=200, model="tiny"):
+    """Greedy tiny_test (accuracy, direct share, length) before and after a short run of `objective`."""
+    cfg = T.parse_args(["--model", "tiny", "--objective", objective, "--steps", str(steps), "--problems-per-step",
+                        str(problems_per_step), "--eval-every", "0", "--test-dataset", "", "--save-every", "0",
+                        "--seed", str(seed), "--device", "cpu", "--out", str(out)])
+    cfg.model = str(model)
+    run = T.train(cfg)
+    return greedy_test(model, n_test), greedy_test(run / "final", n_test)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--objectives", default=",".join(T.OBJECTIVES))
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--problems-per-step", type=int, default=16)
+    ap.add_argument("--n-test", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="", help="also write the rows as JSON here")
+    args = ap.parse_args()
+    if args.quick:
+        args.objectives, args.seeds, args.steps, args.n_test = "drgrpo,grpo", "0", 4, 100
+    torch.set_num_threads(args.threads)
+    objectives, seeds = args.objectives.split(","), [int(s) for s in args.seeds.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for objective in objectives:
+            for seed in seeds:
+                t0 = time.time()
+                before, after = rl_effect(objective, seed, Path(tmp) / f"{objective}-{seed}", args.steps,
+                                          args.problems_per_step, args.n_test)
+                rows.append(dict(objective=objective, seed=seed, before=before, after=after, seconds=time.time() - t0))
+                print(f"{objective} seed {seed}: accuracy {before[0]:.3f} -> {after[0]:.3f}, direct share "
+                      f"{before[1]:.2f} -> {after[1]:.2f}, length {before[2]:.0f} -> {after[2]:.0f} "
+                      f"({rows[-1]['seconds']:.0f}s)", flush=True)
+    print(f"\n{args.steps} steps x {args.problems_per_step} problems x G=8, greedy on {args.n_test} tiny_test "
+          f"problems; before: accuracy {rows[0]['before'][0]:.3f}, direct share {rows[0]['before'][1]:.2f}\n")
+    print("| objective | paper | accuracy after (per seed) | mean gain | direct share after | length after |")
+    print("|---|---|---|---:|---:|---:|")
+    for objective in objectives:
+        mine = [r for r in rows if r["objective"] == objective]
+        accs = ", ".join(f"{100 * r['after'][0]:.1f}" for r in mine)
+        gain = statistics.mean(100 * (r["after"][0] - r["before"][0]) for r in mine)
+        direct = statistics.mean(r["after"][1] for r in mine)
+        length = statistics.mean(r["after"][2] for r in mine)
+        print(f"| {objective} | {PAPERS.get(objective, '')} | {accs} | {gain:+.1f} | {direct:.2f} | {length:.0f} |")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
