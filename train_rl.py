@@ -104,13 +104,14 @@ class Config:
     save_every: int = opt(25, "checkpoint every N steps (0: only at the end)")
     eval_every: int = opt(0, "evaluate on the validation split every N steps (0: never)")
     eval_max_new_tokens: int = opt(0, "generation budget for evaluation (0: --max-new-tokens)")
+    eval_group_by: str = opt("source", "also log validation accuracy per value of this problem field ('' skips)")
     samples_per_step: int = opt(2, "completions per step written to samples.jsonl")
 
 
 # The embedded tiny world has its own settings (tiny.py): used with --model tiny unless a flag overrides.
 TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_dataset="tiny_val",
                      test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8, max_new_tokens=64,
-                     lr=1e-4, eval_every=20, save_every=20)
+                     lr=1e-4, eval_every=20, save_every=20, eval_group_by="level")
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out"}
 KL_ESTIMATORS, KL_PLACES = ("k1", "k2", "k3"), ("loss", "reward")
@@ -573,10 +574,11 @@ def log_line(path, obj):
 
 
 def evaluate_accuracy(policy, tokenizer, problems, cfg):
+    """Greedy accuracy (the one evaluation protocol) and, with --eval-group-by, accuracy per group."""
     from evaluate import evaluate
     _, summary = evaluate(policy, tokenizer, problems, cfg.eval_max_new_tokens or cfg.max_new_tokens,
-                          batch_size=64, template=cfg.template)
-    return summary["accuracy"], summary
+                          batch_size=64, template=cfg.template, group_by=cfg.eval_group_by or None)
+    return summary["accuracy"], {str(k): v["accuracy"] for k, v in summary.get("per_group", {}).items()}
 
 
 def check_config(cfg):
@@ -652,7 +654,8 @@ def train(cfg):
                                  run_dir, totals)
             refresh_rollout_model(rollout_model, policy)
             if cfg.eval_every and val_set and (step + 1) % cfg.eval_every == 0:
-                metrics["val_accuracy"], _ = evaluate_accuracy(rollout_model, tokenizer, val_set, cfg)
+                metrics["val_accuracy"], metrics["val_accuracy_by_group"] = evaluate_accuracy(
+                    rollout_model, tokenizer, val_set, cfg)
             log_line(run_dir / "metrics.jsonl", metrics)
             print_progress(metrics, cfg, time.time() - t_start, step + 1 - start_step)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
@@ -731,6 +734,8 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
 def print_progress(m, cfg, elapsed, done):
     eta = elapsed / done * (cfg.steps - m["step"])
     val = f" | val {m['val_accuracy']:.3f}" if "val_accuracy" in m else ""
+    if len(m.get("val_accuracy_by_group", {})) > 1:
+        val += " (" + ", ".join(f"{cfg.eval_group_by} {k}: {v:.2f}" for k, v in m["val_accuracy_by_group"].items()) + ")"
     print(f"step {m['step']}/{cfg.steps} | reward {m['reward_mean']:.3f} | acc {m['accuracy']:.3f}{val} | "
           f"len {m['response_tokens_mean']:.0f} | direct {m['direct_answer_rate']:.2f} | loss {m['loss']:+.4f} | "
           f"sample {m['sampling_seconds']:.1f}s verify {m['verifying_seconds']:.1f}s train {m['training_seconds']:.1f}s"

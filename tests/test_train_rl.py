@@ -300,6 +300,19 @@ def test_dynamic_sampling_keeps_only_mixed_groups(run_setup, char_model_dir):
     assert seconds["sampling"] > 0
 
 
+def test_validation_is_reported_per_source(run_setup, tmp_path):
+    val = tmp_path / "val.jsonl"
+    val.write_text("".join(json.dumps(dict(id=f"v{i}", source="ab"[i % 2] * 3, problem=f"What is {i}?", answer=str(i)))
+                           + "\n" for i in range(5)))
+    run = T.train(run_setup(steps=1, eval_every=1, val_dataset=str(val)))
+    m = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    by = m["val_accuracy_by_group"]
+    assert set(by) == {"aaa", "bbb"}  # 3 problems from aaa, 2 from bbb: the overall mean is their weighted mean
+    assert m["val_accuracy"] == pytest.approx((3 * by["aaa"] + 2 * by["bbb"]) / 5)
+    for key in ("group_length_std", "group_distinct_answers", "group_ngram_overlap", "draws", "batch_groups"):
+        assert key in m, key
+
+
 def test_truncated_is_on_cpu_changes_nothing_when_sampler_equals_trainer(run_setup, tmp_path):
     a = T.train(run_setup(steps=1, out=str(tmp_path / "a")))
     b = T.train(run_setup(steps=1, tis_cap=2.0, out=str(tmp_path / "b")))
