@@ -555,8 +555,14 @@ def main(argv=None):
     return summary
 
 
-if __name__ == "__main__":
+def run_main(main, prog):
+    """Run a command-line main: the errors it raises for bad input (ValueError, FileNotFoundError) end the
+    program with one line that names the problem, not a traceback."""
     try:
         main()
     except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"evaluate.py: error: {e}")
+        sys.exit(f"{prog}: error: {e}")
+
+
+if __name__ == "__main__":
+    run_main(main, "evaluate.py")

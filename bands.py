@@ -1,0 +1,347 @@
+"""
+Bands: where a model's frontier sits on a problem pool, and the training pool built from it.
+
+    python bands.py --model M --dataset aime24 --dataset amc23 -k 8 --temperature 1.0 --out runs/bands/M
+    python bands.py compare runs/bands/A runs/bands/B      # 3x3 table of bands, problems matched by id
+    python bands.py table -k 8                               # P(mixed) for a group of 8
+
+Group-relative RL (GRPO, Dr. GRPO) learns only from groups whose rewards differ: when all G samples of a
+problem are wrong, or all right, every advantage in the group is zero. So this tool samples k completions
+per problem (evaluate.evaluate with samples=k: the same prompt, sampler, checker and resume), counts the
+correct ones, and puts each problem in a band:
+
+    all_zero: 0 of k correct      mixed: 1 to k-1 correct      all_one: k of k correct
+
+A problem solved with probability p is mixed in a group of G with P(mixed) = 1 - p^G - (1 - p)^G:
+99% at p = 0.5 but 57% at p = 0.9 and 34% at p = 0.05 (G = 8). Many mixed problems therefore means many
+problems near the middle of the model's ability, not more exploration.
+
+Outputs in --out DIR, next to evaluate.py's settings.json, records.jsonl (all k samples) and summary.json:
+    bands.jsonl          one row per problem: id, source, group, n_correct of k, band, completion length mean
+                         and std, finish reasons, distinct answers
+    bands_summary.json   band counts overall and per group, the histogram of correct counts, the mixed count
+                         expected if all problems were equally hard, pool sizes, settings
+    heldout.jsonl        --heldout-per-group problems of each group, chosen by a seeded hash of their id
+    mixed_pool.jsonl     the mixed problems that are not held out: `train_rl.py --dataset DIR/mixed_pool.jsonl`
+    full_pool.jsonl      every problem that is not held out (the unfiltered control pool)
+Every pool is checked against MATH-500 (problems.check_held_out). Rerunning the same command resumes: the
+finished problems are read back from records.jsonl, and the band files are rewritten from all records.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import evaluate as E
+import model as M
+import problems as P
+from evaluate import arg
+
+BANDS = ("all_zero", "mixed", "all_one")
+P_TABLE = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
+
+# -----------------------------------------------------------------------------
+# Formulas
+
+
+def band(n_correct, k):
+    """all_zero (0 of k correct), all_one (k of k) or mixed (anything between)."""
+    if not 0 <= n_correct <= k:
+        raise ValueError(f"n_correct={n_correct} must be in [0, k={k}]")
+    return "all_zero" if n_correct == 0 else "all_one" if n_correct == k else "mixed"
+
+
+def p_mixed(p, group_size):
+    """Probability that a group of G independent samples, each right with probability p, holds both a
+    right and a wrong one: 1 - p^G - (1 - p)^G."""
+    return 1.0 - p**group_size - (1.0 - p) ** group_size
+
+
+def binomial_histogram(n, p, k):
+    """Expected problems with c = 0..k correct of k if all n problems had success probability p."""
+    return [n * math.comb(k, c) * p**c * (1 - p) ** (k - c) for c in range(k + 1)]
+
+
+# -----------------------------------------------------------------------------
+# Per-problem rows and their summary
+
+
+def group_value(row, group_by):
+    """The group a problem belongs to: its `group_by` field as text, "?" when it has none (as evaluate.py)."""
+    return "?" if row.get(group_by) is None else str(row[group_by])
+
+
+def band_rows(records, group_by="source"):
+    """One row per problem from evaluate.py records of k samples each. The length std and the distinct
+    extracted answers (no answer counts as one) are defined as train_rl.group_diversity's per group."""
+    rows = []
+    for r in records:
+        samples = E.samples_of(r)
+        n_correct, tokens = sum(bool(s["correct"]) for s in samples), [s["completion_tokens"] for s in samples]
+        rows.append(dict(id=r["id"], source=r.get("source"), group=group_value(r, group_by), answer=r["answer"],
+                         k=len(samples), n_correct=n_correct, band=band(n_correct, len(samples)),
+                         completion_tokens_mean=float(np.mean(tokens)),
+                         completion_tokens_std=float(np.std(tokens, ddof=1)) if len(tokens) > 1 else 0.0,
+                         finish_reasons=dict(Counter(s["finish_reason"] for s in samples)),
+                         distinct_answers=len({s["extracted"] for s in samples})))
+    return rows
+
+
+def band_stats(rows):
+    """Band counts and mean accuracy of some rows, next to the mixed count expected if every problem had
+    that mean accuracy. P(mixed) is concave in p, so by Jensen's inequality problems of unequal difficulty
+    (the real case) give fewer mixed problems at the same mean: observed < expected, up to noise."""
+    n, k = len(rows), rows[0]["k"]
+    accuracy = sum(r["n_correct"] for r in rows) / (n * k)
+    return dict(n=n, **{b: sum(r["band"] == b for r in rows) for b in BANDS}, accuracy=accuracy,
+                mixed_if_equally_hard=n * p_mixed(accuracy, k))
+
+
+def summarize_bands(rows, group_by="source"):
+    """Band counts overall and per group, and the histogram of correct counts next to the binomial one."""
+    ks = {r["k"] for r in rows}
+    if len(ks) != 1:
+        raise ValueError(f"rows have different numbers of samples per problem ({sorted(ks)}); bands need one k")
+    k, overall = ks.pop(), band_stats(rows)
+    groups = sorted({r["group"] for r in rows})
+    return dict(k=k, group_by=group_by, overall=overall,
+                per_group={g: band_stats([r for r in rows if r["group"] == g]) for g in groups},
+                histogram=[sum(r["n_correct"] == c for r in rows) for c in range(k + 1)],
+                histogram_if_equally_hard=binomial_histogram(len(rows), overall["accuracy"], k))
+
+
+# -----------------------------------------------------------------------------
+# Held-out split and training pools
+
+
+def heldout_split(problems, per_group, group_by="source", seed=0):
+    """(held-out, rest), both in pool order. From each group, the `per_group` problems that rank first by a
+    seeded hash of their id: a group's held-out set depends on neither the file order nor the other groups."""
+    if per_group < 0:
+        raise ValueError(f"--heldout-per-group must be >= 0, got {per_group}")
+    groups = {}
+    for p in problems:
+        groups.setdefault(group_value(p, group_by), []).append(p["id"])
+    chosen = set()
+    for g, ids in sorted(groups.items()):
+        if len(ids) < per_group:
+            raise ValueError(f"--heldout-per-group {per_group}: group {group_by}={g} has only {len(ids)} "
+                             f"problems; lower it (or --group-by another field)")
+        chosen.update(sorted(ids, key=lambda i: hashlib.sha256(f"{seed}/{i}".encode()).hexdigest())[:per_group])
+    return [p for p in problems if p["id"] in chosen], [p for p in problems if p["id"] not in chosen]
+
+
+def training_pools(problems, rows, heldout):
+    """{pool name: problems} for every training pool, all without the held-out problems."""
+    excluded = {p["id"] for p in heldout}
+    mixed = {r["id"] for r in rows if r["band"] == "mixed"}
+    rest = [p for p in problems if p["id"] not in excluded]
+    return dict(mixed_pool=[p for p in rest if p["id"] in mixed], full_pool=rest)
+
+
+def write_jsonl(path, rows):
+    """Write to a temporary name, then rename: a reader never sees half a file."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_pools(out_dir, heldout, pools):
+    """Write heldout.jsonl and each pool; refuses (writing nothing) when any of them holds a MATH-500 problem."""
+    P.check_held_out(heldout + [p for pool in pools.values() for p in pool])
+    for name, rows in dict(heldout=heldout, **pools).items():
+        write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
+
+
+# -----------------------------------------------------------------------------
+# Comparing the bands of two models on the same pool
+
+
+def read_bands(path):
+    """The rows of a bands.jsonl (or of DIR/bands.jsonl for a directory)."""
+    path = Path(path) / "bands.jsonl" if Path(path).is_dir() else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such bands file (bands.py writes DIR/bands.jsonl)")
+    rows = []
+    for lineno, row in P.read_jsonl(path):
+        if "id" not in row or row.get("band") not in BANDS:
+            raise ValueError(f"{path}:{lineno}: not a bands row (needs 'id' and 'band' in {', '.join(BANDS)})")
+        rows.append(row)
+    return rows
+
+
+def contingency(rows_a, rows_b):
+    """{band in A: {band in B: count}} over the problems in both (matched by id), with the counts of
+    problems only in A and only in B."""
+    b = {r["id"]: r for r in rows_b}
+    both = [(r, b[r["id"]]) for r in rows_a if r["id"] in b]
+    if not both:
+        raise ValueError(f"the two bands files share no problem id ({len(rows_a)} and {len(rows_b)} rows); "
+                         f"compare two runs on the same pool")
+    for ra, rb in both:
+        if ra.get("answer") != rb.get("answer"):
+            raise ValueError(f"problem {ra['id']!r} has answer {ra.get('answer')!r} in A but {rb.get('answer')!r} "
+                             f"in B: different versions of the data set")
+    pairs = Counter((ra["band"], rb["band"]) for ra, rb in both)
+    return dict(table={x: {y: pairs[x, y] for y in BANDS} for x in BANDS}, n=len(both),
+                only_a=len(rows_a) - len(both), only_b=len(b) - len(both))
+
+
+def format_contingency(c, a="A", b="B"):
+    lines = [f"rows: bands in {a}; columns: bands in {b}", f"{'':10}" + "".join(f"{y:>10}" for y in BANDS)
+             + f"{'total':>10}"]
+    for x in BANDS:
+        row = c["table"][x]
+        lines.append(f"{x:10}" + "".join(f"{row[y]:>10}" for y in BANDS) + f"{sum(row.values()):>10}")
+    totals = [sum(c["table"][x][y] for x in BANDS) for y in BANDS]
+    lines.append(f"{'total':10}" + "".join(f"{t:>10}" for t in totals) + f"{c['n']:>10}")
+    lines.append(f"{c['n']} problems in both; {c['only_a']} only in {a}, {c['only_b']} only in {b} (left out)")
+    return "\n".join(lines)
+
+
+# -----------------------------------------------------------------------------
+# Reports
+
+
+def format_p_mixed_table(group_size, ps=P_TABLE):
+    return "\n".join([
+        f"P(mixed) = 1 - p^G - (1-p)^G with G = {group_size}: the chance that a problem solved with probability p "
+        f"gives a group with a learning signal",
+        "p         " + "".join(f"{p:>7.2f}" for p in ps),
+        "P(mixed)  " + "".join(f"{p_mixed(p, group_size):>7.1%}" for p in ps),
+        "so many mixed problems means many problems near the middle of the model's ability, not more exploration"])
+
+
+def format_bands(s, out_dir):
+    header = f"{'group':14}{'n':>6}" + "".join(f"{b:>10}" for b in BANDS) + f"{'accuracy':>10}  mixed if equally hard"
+
+    def line(name, st):
+        return (f"{name:14}{st['n']:>6}" + "".join(f"{st[b]:>10}" for b in BANDS)
+                + f"{st['accuracy']:>10.1%}  {st['mixed_if_equally_hard']:.1f}")
+    k, g = s["k"], s["group_by"]
+    lines = [f"bands of {s['settings']['model']} on {s['settings']['dataset']}: k={k} samples at temperature "
+             f"{s['settings']['temperature']}, {s['settings']['max_new_tokens']} new tokens", header,
+             line("all", s["overall"]), *(line(f"{g}={v}", st) for v, st in s["per_group"].items()),
+             f"correct of {k}:       " + "".join(f"{c:>7}" for c in range(k + 1)),
+             "  observed          " + "".join(f"{h:>7}" for h in s["histogram"]),
+             "  if equally hard   " + "".join(f"{h:>7.1f}" for h in s["histogram_if_equally_hard"]),
+             "(equally hard: every problem at the pool's mean accuracy; real difficulty varies, which moves "
+             "problems to the ends and makes fewer mixed)"]
+    pools = ", ".join(f"{name} {n}" for name, n in s["pools"].items())
+    out = Path(out_dir)
+    lines += [f"pools: {pools} (heldout: {s['heldout_per_group']} per {g}, excluded from every training pool)",
+              format_p_mixed_table(k),
+              f"wrote {out / 'bands.jsonl'}, bands_summary.json, heldout.jsonl, mixed_pool.jsonl, full_pool.jsonl "
+              f"({s['wall_time_s']:.0f} s)",
+              f"train: python train_rl.py --model {s['settings']['model']} --dataset {out / 'mixed_pool.jsonl'} "
+              f"--val-dataset {out / 'heldout.jsonl'} --eval-every 10 --eval-group-by {g}"]
+    return "\n".join(lines)
+
+
+# -----------------------------------------------------------------------------
+# CLI
+
+
+@dataclass
+class BandsConfig:
+    dataset: list[str] = arg(None, f"a data set ({', '.join(P.DATASETS)}) or a .jsonl path; repeat for a "
+                                   f"pool of several", action="append", required=True)
+    out: str = arg(None, "output directory (resumed when it holds a run of the same settings)", required=True)
+    model: str = arg(M.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
+    k: int = arg(8, "samples per problem (the group size G the bands are for)", aliases=("-k",))
+    temperature: float = arg(1.0, "sampling temperature (> 0)")
+    top_p: float = arg(1.0, "nucleus sampling mass")
+    max_new_tokens: int = arg(2048, "generation budget per sample")
+    limit: int | None = arg(None, "only the first N problems of each data set")
+    group_by: str = arg("source", "problem field for the per-group counts and the held-out split")
+    heldout_per_group: int = arg(25, "problems held out from each group for evaluation during training")
+    seed: int = arg(0, "sampling seed (each batch is seeded with seed + the index of its first problem)")
+    heldout_seed: int = arg(0, "seed of the held-out choice, apart from --seed so that reruns share it")
+    template: str = arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
+    batch_size: int = arg(64, "problems per generate call; records are flushed after each batch")
+    dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
+                            choices=("float32", "bfloat16", "float16"))
+    device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
+
+
+def check_config(cfg):
+    if cfg.k < 2:
+        raise ValueError(f"-k must be at least 2 (with one sample no problem can be mixed), got {cfg.k}")
+    if cfg.temperature <= 0:
+        raise ValueError(f"--temperature must be > 0 (greedy samples are all the same), got {cfg.temperature}")
+    for name in ("max_new_tokens", "batch_size", "limit"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
+    repeated = [d for d, n in Counter(cfg.dataset).items() if n > 1]
+    if repeated:
+        raise ValueError(f"--dataset {repeated[0]} is given twice")
+
+
+def run(cfg):
+    """Sample, grade and band the pool; write the band files and the pools; returns the bands summary."""
+    check_config(cfg)
+    problems = [p for d in cfg.dataset for p in P.load_problems(d, cfg.limit)]
+    try:  # before any sampling: every pool this writes is a training pool
+        P.check_held_out(problems)
+    except ValueError as e:
+        raise ValueError(f"--dataset {' '.join(cfg.dataset)}: {e}") from None
+    heldout, _ = heldout_split(problems, cfg.heldout_per_group, cfg.group_by, cfg.heldout_seed)
+    device = cfg.device or M.default_device()
+    dtype = getattr(torch, cfg.dtype) if cfg.dtype else M.default_dtype(device)
+    net, tokenizer = M.load_model(cfg.model, dtype=dtype, device=device), M.load_tokenizer(cfg.model)
+    t0 = time.time()
+    records, evaluation = E.evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
+                                     cfg.k, cfg.temperature, cfg.top_p, cfg.seed, cfg.out, progress=True,
+                                     dataset="+".join(cfg.dataset), group_by=cfg.group_by)
+    rows = band_rows(records, cfg.group_by)
+    pools = training_pools(problems, rows, heldout)
+    write_pools(cfg.out, heldout, pools)
+    write_jsonl(Path(cfg.out) / "bands.jsonl", rows)
+    summary = summarize_bands(rows, cfg.group_by)
+    summary.update(pools=dict(heldout=len(heldout), **{name: len(pool) for name, pool in pools.items()}),
+                   heldout_per_group=cfg.heldout_per_group, wall_time_s=time.time() - t0,
+                   completion_tokens_total=evaluation["completion_tokens_total"],
+                   settings=dict(evaluation["settings"], datasets=cfg.dataset, heldout_seed=cfg.heldout_seed))
+    E.write_json(Path(cfg.out) / "bands_summary.json", summary)
+    return summary
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        parser = argparse.ArgumentParser(prog="bands.py compare", description="3x3 table of the bands of two "
+                                         "runs on the same pool (problems matched by id).")
+        parser.add_argument("a", help="bands.jsonl of model A, or its bands.py output directory")
+        parser.add_argument("b", help="the same for model B")
+        args = parser.parse_args(argv[1:])
+        result = contingency(read_bands(args.a), read_bands(args.b))
+        print(format_contingency(result, args.a, args.b))
+        return result
+    if argv[:1] == ["table"]:
+        parser = argparse.ArgumentParser(prog="bands.py table", description="P(mixed) for a group size.")
+        parser.add_argument("-k", type=int, default=8, help="group size G")
+        args = parser.parse_args(argv[1:])
+        if args.k < 1:
+            raise ValueError(f"-k must be at least 1, got {args.k}")
+        print(format_p_mixed_table(args.k))
+        return args.k
+    parser = argparse.ArgumentParser(description="Bands of a problem pool (module docstring); `bands.py compare "
+                                     "A B` tabulates two runs, `bands.py table -k G` prints P(mixed).")
+    cfg = BandsConfig(**vars(E.add_flags(parser, BandsConfig).parse_args(argv)))
+    print(f"bands: {cfg}", file=sys.stderr)
+    summary = run(cfg)
+    print(format_bands(summary, cfg.out))
+    return summary
+
+
+if __name__ == "__main__":
+    E.run_main(main, "bands.py")

@@ -1,0 +1,249 @@
+"""bands.py: band assignment, the P(mixed) formula against hand values, the contingency table, the held-out
+split and its exclusion from every training pool, the MATH-500 guard, resume, and bad inputs. Scripted
+completions give known correct counts; the committed tiny checkpoint (0.8M parameters) runs the real path."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bands as B
+import model as M
+import problems as P
+import sample
+from sample import Completion
+
+# (id, source, problem, answer, correct of 4): source s1 has every band, every s2 problem is mixed
+SCRIPT = [("a0", "s1", "11 + 22", "33", 0), ("a1", "s1", "40 - 15", "25", 2), ("a2", "s1", "3 * 7", "21", 4),
+          ("a3", "s1", "50 + 6", "56", 1), ("b0", "s2", "81 - 9", "72", 3), ("b1", "s2", "12 * 4", "48", 1),
+          ("b2", "s2", "66 + 7", "73", 2), ("b3", "s2", "95 - 41", "54", 2)]
+MIXED = {"a1", "a3", "b0", "b1", "b2", "b3"}
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+@pytest.fixture
+def scripted(tmp_path, monkeypatch):
+    """A pool file and a stand-in for sample.generate whose sample j is right iff j < the script's count;
+    returns (pool path, list of prompt counts per generate call)."""
+    tokenizer, calls = M.load_tokenizer("tiny"), []
+
+    def generate(model, prompts, max_new_tokens, n=1, **kw):
+        calls.append(len(prompts))
+        out = []
+        for i, p in enumerate(prompts):
+            text = tokenizer.decode(p)
+            _, _, _, answer, right = next(row for row in SCRIPT if f"Problem:\n{row[2]}\n" in text)
+            for j in range(n):
+                ids = tokenizer.encode(f"\\boxed{{{answer if j < right else int(answer) + 1}}}")
+                out.append(Completion(prompt_index=i, tokens=ids + [tokenizer.eos_id], finish_reason="stop"))
+        return out
+    monkeypatch.setattr(sample, "generate", generate)
+    rows = [dict(id=i, source=s, problem=q, answer=a) for i, s, q, a, _ in SCRIPT]
+    return write_jsonl(tmp_path / "pool.jsonl", rows), calls
+
+
+def run_cli(dataset, out, *extra):
+    return B.main(["--model", "tiny", "--dataset", str(dataset), "-k", "4", "--max-new-tokens", "16", "--out",
+                   str(out), "--batch-size", "3", *extra])
+
+
+# -----------------------------------------------------------------------------
+# Formulas against hand values
+
+
+def test_band_assignment():
+    assert B.band(0, 8) == "all_zero" and B.band(8, 8) == "all_one"
+    assert {B.band(c, 8) for c in range(1, 8)} == {"mixed"}
+    assert B.band(0, 1) == "all_zero" and B.band(1, 1) == "all_one"
+    for bad in (-1, 9):
+        with pytest.raises(ValueError, match=f"n_correct={bad} must be in"):
+            B.band(bad, 8)
+
+
+def test_p_mixed_hand_values():
+    # G = 8: 1 - 2/256 at p = 0.5; 1 - 0.9^8 - 0.1^8 = 1 - 0.43047 - 1e-8; 1 - 0.95^8 - 0.05^8 = 1 - 0.66342
+    assert B.p_mixed(0.5, 8) == pytest.approx(0.9922, abs=1e-4) == 1 - 2 / 256
+    assert B.p_mixed(0.9, 8) == pytest.approx(0.5695, abs=1e-4)
+    assert B.p_mixed(0.05, 8) == pytest.approx(0.3366, abs=1e-4)
+    assert B.p_mixed(0.3, 2) == pytest.approx(2 * 0.3 * 0.7)  # G = 2: exactly one right, either order
+    assert B.p_mixed(0.0, 8) == B.p_mixed(1.0, 8) == 0.0 and B.p_mixed(0.4, 1) == 0.0
+    assert B.p_mixed(0.2, 8) == pytest.approx(B.p_mixed(0.8, 8))
+    assert B.binomial_histogram(10, 0.5, 2) == pytest.approx([2.5, 5.0, 2.5])
+    h = B.binomial_histogram(40, 0.3, 8)
+    assert sum(h) == pytest.approx(40) and 40 - h[0] - h[8] == pytest.approx(40 * B.p_mixed(0.3, 8))
+
+
+def test_table_prints_the_issue_numbers(capsys):
+    assert B.main(["table", "-k", "8"]) == 8
+    out = capsys.readouterr().out
+    assert "G = 8" in out and all(v in out for v in ("99.2%", "57.0%", "33.7%"))
+    with pytest.raises(ValueError, match="-k must be at least 1"):
+        B.main(["table", "-k", "0"])
+
+
+# -----------------------------------------------------------------------------
+# Contingency table
+
+
+def rows_of(bands_by_id, answer="1"):
+    return [dict(id=i, band=b, answer=answer) for i, b in bands_by_id.items()]
+
+
+def test_contingency_hand_table(tmp_path, capsys):
+    a = rows_of(dict(x1="all_zero", x2="mixed", x3="mixed", x4="all_one", x5="all_zero"))
+    b = rows_of(dict(x1="mixed", x2="mixed", x3="all_one", x4="all_one", x9="all_zero"))
+    c = B.contingency(a, b)
+    assert (c["n"], c["only_a"], c["only_b"]) == (4, 1, 1)
+    expected = {("all_zero", "mixed"): 1, ("mixed", "mixed"): 1, ("mixed", "all_one"): 1, ("all_one", "all_one"): 1}
+    assert {(x, y): c["table"][x][y] for x in B.BANDS for y in B.BANDS} == \
+        {(x, y): expected.get((x, y), 0) for x in B.BANDS for y in B.BANDS}
+    # through the CLI, from files
+    fa, fb = write_jsonl(tmp_path / "a.jsonl", a), write_jsonl(tmp_path / "b.jsonl", b)
+    assert B.main(["compare", str(fa), str(fb)])["table"] == c["table"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].split() == ["all_zero", "0", "1", "0", "1"] and out[-2].split() == ["total", "0", "2", "2", "4"]
+
+
+def test_contingency_errors(tmp_path):
+    with pytest.raises(ValueError, match="share no problem id"):
+        B.contingency(rows_of(dict(x1="mixed")), rows_of(dict(y1="mixed")))
+    with pytest.raises(ValueError, match="'x1' has answer '1' in A but '2' in B"):
+        B.contingency(rows_of(dict(x1="mixed")), rows_of(dict(x1="mixed"), answer="2"))
+    with pytest.raises(FileNotFoundError, match="no such bands file"):
+        B.read_bands(tmp_path / "nothing.jsonl")
+    bad = write_jsonl(tmp_path / "bad.jsonl", [dict(id="x1", band="mixed"), dict(id="x2", band="some")])
+    with pytest.raises(ValueError, match="bad.jsonl:2: not a bands row"):
+        B.read_bands(bad)
+    r = subprocess.run([sys.executable, "bands.py", "compare", str(tmp_path / "a"), str(bad)], capture_output=True,
+                       text=True, cwd=Path(B.__file__).parent)
+    assert r.returncode != 0 and "bands.py: error:" in r.stderr and "Traceback" not in r.stderr
+
+
+# -----------------------------------------------------------------------------
+# Held-out split
+
+
+def test_heldout_split_deterministic_per_group():
+    pool = [dict(id=f"a{i}", source="a") for i in range(10)] + [dict(id=f"b{i}", source="b") for i in range(6)] + \
+        [dict(id=f"n{i}") for i in range(3)]  # no source: the group "?"
+    held, rest = B.heldout_split(pool, 2, "source", seed=0)
+    assert sorted(B.group_value(p, "source") for p in held) == ["?", "?", "a", "a", "b", "b"]
+    assert {p["id"] for p in held} | {p["id"] for p in rest} == {p["id"] for p in pool} and len(rest) == 13
+    assert [p["id"] for p in rest] == [p["id"] for p in pool if p not in held]  # pool order kept
+    assert B.heldout_split(pool, 2, "source", seed=0)[0] == held
+    assert {p["id"] for p in B.heldout_split(pool[::-1], 2, "source", seed=0)[0]} == {p["id"] for p in held}
+    only_a = B.heldout_split(pool[:10], 2, "source", seed=0)[0]  # a group's choice ignores the other groups
+    assert only_a == [p for p in held if p.get("source") == "a"]
+    assert any(B.heldout_split(pool, 2, "source", seed=s)[0] != held for s in range(1, 5))
+    assert B.heldout_split(pool, 0)[0] == []
+    with pytest.raises(ValueError, match=r"--heldout-per-group 4: group source=\? has only 3 problems"):
+        B.heldout_split(pool, 4)
+    with pytest.raises(ValueError, match="--heldout-per-group must be >= 0"):
+        B.heldout_split(pool, -1)
+
+
+def test_cli_bands_pools_and_heldout_exclusion(scripted, tmp_path, capsys):
+    pool, calls = scripted
+    out = tmp_path / "run"
+    summary = run_cli(pool, out, "--heldout-per-group", "2")
+    rows = read_lines(out / "bands.jsonl")
+    assert [(r["id"], r["n_correct"], r["k"]) for r in rows] == [(i, c, 4) for i, _, _, _, c in SCRIPT]
+    assert {r["id"] for r in rows if r["band"] == "mixed"} == MIXED
+    tokenizer = M.load_tokenizer("tiny")  # every sample is \boxed{answer} or \boxed{answer + 1}, then the stop token
+    for r, (_, _, _, answer, right) in zip(rows, SCRIPT):
+        assert r["distinct_answers"] == (1 if right in (0, 4) else 2) and r["finish_reasons"] == dict(stop=4)
+        assert r["completion_tokens_mean"] == len(tokenizer.encode(f"\\boxed{{{answer}}}")) + 1
+        assert r["completion_tokens_std"] == 0.0
+    # hand counts: correct 15 of 32; histogram of 0..4 correct: a0 | a3 b1 | a1 b2 b3 | b0 | a2
+    assert summary["overall"] == dict(n=8, all_zero=1, mixed=6, all_one=1, accuracy=15 / 32,
+                                      mixed_if_equally_hard=pytest.approx(8 * (1 - (15 / 32)**4 - (17 / 32)**4)))
+    assert summary["overall"]["mixed_if_equally_hard"] == pytest.approx(6.9765, abs=1e-4)
+    assert summary["histogram"] == [1, 2, 3, 1, 1]
+    assert summary["per_group"]["s1"] == dict(n=4, all_zero=1, mixed=2, all_one=1, accuracy=7 / 16,
+                                              mixed_if_equally_hard=pytest.approx(4 * B.p_mixed(7 / 16, 4)))
+    assert (summary["per_group"]["s2"]["mixed"], summary["per_group"]["s2"]["accuracy"]) == (4, 0.5)
+    assert json.loads((out / "bands_summary.json").read_text()) == json.loads(json.dumps(summary))
+    # the held-out set: 2 per source, and in no training pool, although both s2 ones are mixed
+    held = {p["id"] for p in read_lines(out / "heldout.jsonl")}
+    assert sorted(i[0] for i in held) == ["a", "a", "b", "b"]
+    mixed_pool = [p["id"] for p in P.load_problems(str(out / "mixed_pool.jsonl"))]  # what train_rl.py reads
+    full_pool = [p["id"] for p in P.load_problems(str(out / "full_pool.jsonl"))]
+    assert mixed_pool == [i for i, *_ in SCRIPT if i in MIXED - held]
+    assert full_pool == [i for i, *_ in SCRIPT if i not in held]
+    assert summary["pools"] == dict(heldout=4, mixed_pool=len(mixed_pool), full_pool=4)
+    printed = capsys.readouterr().out
+    assert "source=s2" in printed and "P(mixed)" in printed and "mixed_pool.jsonl" in printed
+    # rerun: resumed from records.jsonl, nothing sampled again, the same files
+    calls.clear()
+    assert run_cli(pool, out, "--heldout-per-group", "2")["overall"] == summary["overall"]
+    assert calls == [] and read_lines(out / "bands.jsonl") == rows
+    with pytest.raises(ValueError, match="temperature: 1.0 there, 0.5 now"):
+        run_cli(pool, out, "--heldout-per-group", "2", "--temperature", "0.5")
+
+
+def test_math500_never_enters_a_pool(tmp_path):
+    leak = dict(P.load_problems("math500", limit=1)[0], id="leak")
+    pool = write_jsonl(tmp_path / "pool.jsonl", [dict(id="ok", source="s", problem="1 + 1", answer="2"), leak])
+    for dataset in (pool, "math500"):
+        with pytest.raises(ValueError, match=f"--dataset {dataset}: .* held-out set math500 .*MATH-500"):
+            run_cli(dataset, tmp_path / "run", "--heldout-per-group", "0")
+    assert not (tmp_path / "run").exists()  # refused before sampling
+    with pytest.raises(ValueError, match="held-out set math500"):
+        B.write_pools(tmp_path, [], dict(mixed_pool=[leak]))
+    assert list(tmp_path.glob("*_pool.jsonl")) == [] and not (tmp_path / "heldout.jsonl").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-k", "1"], "-k must be at least 2"),
+    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["--limit", "0"], "--limit must be at least 1"),
+    (["--dataset", "tiny_val"], "--dataset tiny_val is given twice"),
+    (["--heldout-per-group", "30"], "--heldout-per-group 30: group level=2 has only"),
+])
+def test_bad_arguments_are_named(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        B.main(["--model", "tiny", "--dataset", "tiny_val", "--limit", "20", "--group-by", "level",
+                "--out", str(tmp_path / "run"), *extra])
+    with pytest.raises(FileNotFoundError, match="nope.jsonl: no such dataset file"):
+        run_cli(tmp_path / "nope.jsonl", tmp_path / "run")
+
+
+# -----------------------------------------------------------------------------
+# The real path: the committed tiny checkpoint samples
+
+
+def test_tiny_checkpoint_bands_agree_with_records(tmp_path, capsys):
+    args = ["--model", "tiny", "--dataset", "tiny_val", "--limit", "6", "-k", "3", "--max-new-tokens", "48",
+            "--group-by", "level", "--heldout-per-group", "1"]
+    summary = B.main(args + ["--out", str(tmp_path / "a")])
+    records, rows = read_lines(tmp_path / "a" / "records.jsonl"), read_lines(tmp_path / "a" / "bands.jsonl")
+    assert [r["id"] for r in records] == [r["id"] for r in rows] and len(rows) == 6
+    for rec, row in zip(records, rows):
+        assert len(rec["samples"]) == row["k"] == 3 and row["group"] == str(rec["level"])
+        assert row["n_correct"] == sum(s["correct"] for s in rec["samples"]) == rec["n_correct"]
+        assert row["band"] == B.band(row["n_correct"], 3)
+        assert sum(row["finish_reasons"].values()) == 3 and 1 <= row["distinct_answers"] <= 3
+    assert sum(summary["histogram"]) == 6
+    assert sum(summary["overall"][b] for b in B.BANDS) == 6
+    assert sum(g["n"] for g in summary["per_group"].values()) == 6
+    held = {p["id"] for p in read_lines(tmp_path / "a" / "heldout.jsonl")}
+    assert len(held) == len(summary["per_group"])  # one per level
+    assert held.isdisjoint(p["id"] for p in read_lines(tmp_path / "a" / "mixed_pool.jsonl"))
+    # another sampling seed: the same held-out set; the table of the two runs counts every problem once
+    B.main(args + ["--seed", "1", "--out", str(tmp_path / "b")])
+    assert (tmp_path / "b" / "heldout.jsonl").read_text() == (tmp_path / "a" / "heldout.jsonl").read_text()
+    c = B.main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert c["n"] == 6 and sum(sum(row.values()) for row in c["table"].values()) == 6
+    same = B.main(["compare", str(tmp_path / "a"), str(tmp_path / "a" / "bands.jsonl")])  # diagonal
+    assert all(same["table"][x][y] == (summary["overall"][x] if x == y else 0) for x in B.BANDS for y in B.BANDS)
