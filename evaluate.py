@@ -25,8 +25,8 @@ et al. 2021 (eq. 1) over the same samples.
 Outputs in --out DIR (default runs/eval/<model>-<dataset>): settings.json (the protocol, written first),
 records.jsonl (one line per problem, appended and flushed per batch) and summary.json (at the end). A rerun
 into DIR refuses another protocol, skips finished problems and redoes a partial last line left by a killed
-run. Sampled runs repeat exactly for a fixed batch size (each batch is seeded with seed + the index of its
-first problem); a resumed sampled run is equal in distribution, not bitwise.
+run. Sampled runs repeat exactly, resumed or not: problem i is drawn with a seed made of (seed, i), and the
+sampler makes a prompt's samples independent of the rest of its batch.
 """
 
 import argparse
@@ -257,8 +257,8 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
         prompts = [tokenizer.encode(P.format_prompt(p["problem"], template)) for _, p in batch]
         t = time.time()
         completions = sample.generate(model, prompts, max_new_tokens, temperature=temperature, top_p=top_p,
-                                      n=samples, stop_token_ids=stop, seed=seed + batch[0][0],
-                                      pad_id=tokenizer.pad_id)
+                                      n=samples, stop_token_ids=stop, pad_id=tokenizer.pad_id,
+                                      seed=[(seed * 1_000_003 + i) % 2**32 for i, _ in batch])  # per problem
         seconds = (time.time() - t) / len(batch)
         groups = [[dict(response=tokenizer.decode(c.tokens), completion_tokens=len(c.tokens),
                         finish_reason=c.finish_reason) for c in completions[j * samples:(j + 1) * samples]]
@@ -490,7 +490,7 @@ class EvalConfig:
     samples: int = arg(1, "samples per problem; > 1 reports pass@k and the majority vote (needs --temperature)")
     temperature: float = arg(0.0, "sampling temperature; 0 is greedy")
     top_p: float = arg(1.0, "nucleus sampling mass")
-    seed: int = arg(0, "sampling seed (each batch is seeded with seed + the index of its first problem)")
+    seed: int = arg(0, "sampling seed (problem i is drawn with a seed made of (seed, i), whatever the batch)")
     dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                             choices=("float32", "bfloat16", "float16"))
     device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")

@@ -211,6 +211,16 @@ def test_multi_sample_run(tiny, data, tmp_path):
         run_cli(tiny, data, tmp_path / "greedy", "--samples", "3")
 
 
+def test_sampled_run_does_not_depend_on_batch_size(tiny, data, tmp_path):
+    sampled = ("--samples", "2", "--temperature", "1.0", "--max-new-tokens", "12")
+    run_cli(tiny, data, tmp_path / "b2", *sampled)
+    run_cli(tiny, data, tmp_path / "b5", *sampled, "--batch-size", "5")
+    a, b = read_lines(tmp_path / "b2" / "records.jsonl"), read_lines(tmp_path / "b5" / "records.jsonl")
+    responses = [[s["response"] for s in r["samples"]] for r in a]
+    assert responses == [[s["response"] for s in r["samples"]] for r in b]
+    assert len({x for r in responses for x in r}) > 1  # and the samples are not all the same
+
+
 # -----------------------------------------------------------------------------
 # The evaluate() function with scripted completions: known right and wrong answers
 
