@@ -185,3 +185,14 @@ def test_committed_checkpoint_decodes_batched_as_alone(committed):
     alone = [tiny.greedy_complete(model, tok, [p])[0] for p in problems]
     assert batched == alone
     assert all(c.rstrip().endswith("}") for c in batched), batched
+
+
+def test_committed_checkpoint_is_sometimes_right_as_recorded(committed):
+    # the record tiny.py wrote at build time, recomputed from the committed files: "sometimes right" means
+    # greedy test accuracy well inside (10%, 60%), with the planted direct-answer habit
+    model, tok = committed
+    recorded = json.loads((qwen.TINY_MODEL_DIR / "pretrain.json").read_text())
+    assert recorded["config"]["steps"] == tiny.TinyConfig().steps and recorded["config"]["seed"] == SEED
+    metrics = tiny.evaluate(model, tok, load_problems("tiny_test"))
+    assert metrics == pytest.approx(recorded["test"], abs=1e-9)
+    assert 0.10 < metrics["accuracy"] < 0.60 and metrics["direct_share"] > 0.3

@@ -434,12 +434,14 @@ def test_gpu_rollout_copy_is_bf16_and_tracks_the_policy(char_model_dir):
 
 
 # Measured from the committed checkpoint over seeds 0-2 (12 steps x 8 problems x 8 samples, greedy on 200
-# test problems, from 32.0% and a direct-answer share of 0.53): drgrpo +21.5 to +29.0 points, share down to
-# 0.06-0.09; grpo +25.0 to +36.5 points, share down to 0.00-0.03. The thresholds keep a wide margin.
-@pytest.mark.parametrize("objective", ["drgrpo", "grpo"])
+# test problems, from 41.0% and a direct-answer share of 0.60), every objective with its own defaults:
+# +26.5 to +38.5 points, share down to 0.17-0.30 (benchmarks/compare_objectives.py, the numbers in the
+# README). The thresholds keep a wide margin; the issue asks drgrpo and grpo for a clear rise and the other
+# objectives for "improves or at least does not break it".
+@pytest.mark.parametrize("objective", sorted(T.OBJECTIVES))
 def test_tiny_world_rl_raises_held_out_accuracy(objective, tmp_path):
     from benchmarks.compare_objectives import rl_effect
     (acc0, direct0, _), (acc1, direct1, _) = rl_effect(objective, seed=0, out=tmp_path / "run")
     assert 0.10 < acc0 < 0.60  # the committed checkpoint is "sometimes right"
-    assert acc1 >= acc0 + 0.10, (acc0, acc1)
-    assert direct1 <= direct0 - 0.25, (direct0, direct1)  # RL teaches it to work step by step
+    assert acc1 >= acc0 + 0.15, (acc0, acc1)
+    assert direct1 <= direct0 - 0.20, (direct0, direct1)  # RL teaches it to work step by step
