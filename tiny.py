@@ -16,9 +16,9 @@ bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems 
 wrong there, and pretraining stops while the model is only "sometimes right", so RL has signal and room:
 working step by step pays.
 
-Measured (2 shared CPU cores, 1 thread, torch 2.13): 2,500 steps take 20-28 minutes; the committed
+Measured (2 shared CPU cores, 1 thread, torch 2.13): 2,500 steps take 25-28 minutes (1,477 and 1,650 s); the committed
 checkpoint has greedy accuracy 42.4% on tiny_test (83.7% on 2 operations, 2.7% on 3), and 57% of its
-answers are bare. Two builds from the same code gave byte-identical weights, but the run is chaotic: a
+answers are bare. Two builds from the same code gave byte-identical weights (sha256 1d9ef725...), but the run is chaotic: a
 kernel change in model.py that only moved rounding took the 1,500-step build from 35.8% to 26.4% (and
 that one was still on the steep part of the curve: validation accuracy 6% at step 1,000, 26% at 1,500),
 which is why the default is 2,500 steps, where step-by-step solving is reliable and RL gains are steady.
