@@ -166,7 +166,7 @@ def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
         live_logits = logits[live].float()
         token = sample_next(live_logits, temperature, top_p, top_k, keys[row_result[live]], step)
-        logp = live_logits.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1)
+        logp = live_logits.gather(-1, token[:, None]).squeeze(-1) - live_logits.logsumexp(-1)  # log_softmax at token
         done = torch.isin(token, stop)
         for r, t, lp, d in zip(row_result[live].tolist(), token.tolist(), logp.tolist(), done.tolist()):
             results[r].tokens.append(t)
