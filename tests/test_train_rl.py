@@ -313,11 +313,18 @@ def test_validation_is_reported_per_source(run_setup, tmp_path):
         assert key in m, key
 
 
-def test_truncated_is_on_cpu_changes_nothing_when_sampler_equals_trainer(run_setup, tmp_path):
-    a = T.train(run_setup(steps=1, out=str(tmp_path / "a")))
-    b = T.train(run_setup(steps=1, tis_cap=2.0, out=str(tmp_path / "b")))
-    wa, wb = weights(a / "final"), weights(b / "final")
-    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+def test_truncated_is_weights_are_one_when_sampler_equals_trainer(run_setup, char_model_dir):
+    # on the CPU the sampler is the fp32 policy itself, so pi_trainer / pi_sampler = 1 on every token: TIS is
+    # a no-op there, and what it corrects on GPU is only the bf16 sampler's numerics
+    cfg = run_setup(tis_cap=2.0)
+    policy, tok = M.load_model(char_model_dir, device="cpu"), M.load_tokenizer(char_model_dir)
+    rows = T.collect_rollouts(policy, tok, [dict(problem="What is 1 + 1?", answer="2"),
+                                            dict(problem="And 12 * 3?", answer="36")], cfg, seeds=[0, 1])
+    ids, mask, sampler_logp = T.to_tensors(rows, tok.pad_id, "cpu")
+    with torch.no_grad():
+        trainer_logp, _ = M.token_logprobs(policy, ids)
+    weights = T.truncated_is_weights(trainer_logp, sampler_logp, mask, cfg.tis_cap)
+    assert mask.sum() > 10 and torch.allclose(weights, torch.ones_like(weights), atol=1e-4)
 
 
 def test_objective_defaults_apply_on_the_command_line_and_flags_win():
