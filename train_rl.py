@@ -25,7 +25,7 @@ With one epoch per batch rho = 1, clipping changes nothing, and the gradient is 
 
 Run: `python train_rl.py --objective drgrpo` (Qwen3-0.6B-Base on the first 50 Algebra problems of the MATH
 training pool), or `python train_rl.py --objective drgrpo --model tiny` (the embedded tiny world, CPU).
-Several GPUs or nodes: `torchrun --nproc_per_node N train_rl.py ...`, the same run (see "Several processes").
+Several GPUs or nodes: `torchrun --nproc_per_node N train_rl.py ...`, the same run (distributed.py says how).
 MATH-500 is held out: the training pool is checked against it, and --eval-every evaluates on a validation
 split carved from the training pool.
 """
@@ -38,14 +38,13 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
+import distributed as D
 import lora
 import model as M
 import problems as P
@@ -328,13 +327,13 @@ def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
             gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)
             idx = torch.randperm(len(train_set), generator=gen)[:cfg.problems_per_step].tolist()
         t0 = time.time()  # each rank samples and grades its share of the problems, each with its own seed
-        rollouts = collect_rollouts(policy, tokenizer, rank_share([train_set[i] for i in idx]), cfg,
-                                    rank_share(sampling_seeds(cfg, step, draw, len(idx))))
+        rollouts = collect_rollouts(policy, tokenizer, D.rank_share([train_set[i] for i in idx]), cfg,
+                                    D.rank_share(sampling_seeds(cfg, step, draw, len(idx))))
         t1 = time.time()
         score_rollouts(rollouts, cfg)
         seconds["sampling"] += t1 - t0
         seconds["verifying"] += time.time() - t1
-        rollouts = gather_lists(rollouts)  # every rank has the whole draw, so all make the same choices below
+        rollouts = D.gather_lists(rollouts)  # every rank has the whole draw, so all make the same choices below
         drawn += rollouts
         groups = [rollouts[i:i + G] for i in range(0, len(rollouts), G)]
         if cfg.dynamic_sampling:
@@ -421,8 +420,8 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, n_tokens, cfg
     ranks hold this rank's share of it)."""
     objective = OBJECTIVES[cfg.objective]
     batches = micro_batches(rows, cfg.micro_batch_tokens)
-    if is_sharded(policy):  # FSDP: every rank must run as many forward/backward passes as the others
-        batches += [[]] * (reduce_numbers([len(batches)], "max")[0] - len(batches))
+    if D.is_sharded(policy):  # FSDP: every rank must run as many forward/backward passes as the others
+        batches += [[]] * (D.reduce_numbers([len(batches)], "max")[0] - len(batches))
     stats = dict(loss=0.0, entropy=0.0, clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
     old = {}  # log-probs of the policy that drew the batch, per micro-batch (for mu > 1)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -450,7 +449,7 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, n_tokens, cfg
             loss = objective.loss(b, cfg)
             if not torch.isfinite(loss):
                 stats["nonfinite"] = True
-                if not is_sharded(policy):
+                if not D.is_sharded(policy):
                     break
                 loss = logp.sum() * 0  # FSDP: still join this pass's collectives; the update is skipped below
             loss.backward()
@@ -463,10 +462,10 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, n_tokens, cfg
             if ref_logp is not None:
                 kl += float(kl_estimate(logp.detach(), ref_logp, cfg.kl_estimator)[m].sum())
         # each rank saw its share of the batch: add up the shares, and skip the update on every rank or on none
-        epoch_loss, seen, ent, clipped, kl, stats["nonfinite"] = reduce_numbers(
+        epoch_loss, seen, ent, clipped, kl, stats["nonfinite"] = D.reduce_numbers(
             [epoch_loss, seen, ent, clipped, kl, stats["nonfinite"]])
-        all_reduce_gradients(policy)
-        grad_norm = whole(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
+        D.all_reduce_gradients(policy)
+        grad_norm = D.whole(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
         if stats["nonfinite"] or not torch.isfinite(grad_norm):
             stats["nonfinite"] = True  # skip the update: a NaN/inf step is logged, never applied or saved
             optimizer.zero_grad(set_to_none=True)
@@ -517,7 +516,7 @@ def plain_model(policy, state=None):
 def make_rollout_model(policy, device):
     """CPU: sample from the fp32 policy itself. GPU: from a bf16 copy, refreshed after every update. With
     --fsdp the policy holds only shards, so each rank samples from a whole copy (fp32 on CPU)."""
-    if is_sharded(policy):
+    if D.is_sharded(policy):
         with torch.device("meta"):
             rollout = M.Qwen3(policy.config)
         rollout = rollout.to_empty(device=device).to(torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -531,11 +530,11 @@ def make_rollout_model(policy, device):
 def refresh_rollout_model(rollout_model, policy):
     if rollout_model is policy:
         return
-    if is_sharded(policy):  # gather one tensor at a time: no rank ever holds a second whole fp32 model
+    if D.is_sharded(policy):  # gather one tensor at a time: no rank ever holds a second whole fp32 model
         with torch.no_grad():
             target = rollout_model.state_dict()
             for name, t in policy.state_dict().items():
-                target[name].copy_(whole(t))
+                target[name].copy_(D.whole(t))
         return
     rollout_model.load_state_dict(plain_model(policy).state_dict())
 
@@ -544,8 +543,8 @@ def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg):
     """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON), atomically.
     Every rank calls it (FSDP gathers shards, a collective); rank 0 writes."""
     from safetensors.torch import save_file
-    weights, opt_state = gathered_state(policy, optimizer) if is_sharded(policy) else (None, optimizer.state_dict())
-    if this_rank() != 0:
+    weights, opt_state = D.gathered_state(policy, optimizer) if D.is_sharded(policy) else (None, optimizer.state_dict())
+    if D.this_rank() != 0:
         return
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -575,8 +574,8 @@ def load_trainer_state(path, policy, optimizer):
     adapters = {k[len("adapter."):]: v for k, v in tensors.items() if k.startswith("adapter.")}
     if adapters:
         policy.load_state_dict(adapters, strict=False)
-    if is_sharded(policy) and state:  # (with no state yet, there is nothing to shard)
-        load_sharded_optimizer_state(policy, optimizer, {"state": state, "param_groups": meta["param_groups"]})
+    if D.is_sharded(policy) and state:  # (with no state yet, there is nothing to shard)
+        D.load_sharded_optimizer_state(policy, optimizer, {"state": state, "param_groups": meta["param_groups"]})
     else:
         optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     return meta["step"]
@@ -605,141 +604,11 @@ def code_version():
 
 
 # -----------------------------------------------------------------------------
-# Several processes: torchrun. `torchrun --nproc_per_node N train_rl.py ...` starts N copies of this script.
-# Each rank samples and grades a contiguous share of the step's problems (whole groups, with the problems' own
-# seeds, so what is drawn does not depend on the number of ranks) and the rollouts are gathered: every rank
-# then computes the same advantages, batch and metrics. Each trains on a share of the batch rows, and the
-# gradients are summed: the loss divides by batch-wide counts, so a rank's loss is its share of the batch
-# loss. Rank 0 writes the run directory. Without torchrun's variables all of this is a no-op.
-
-
-def setup_distributed(device):
-    """Under torchrun (WORLD_SIZE set) join the process group, NCCL on CUDA and gloo on CPU, unless one is
-    joined already; returns this rank's device (cuda:LOCAL_RANK). Other ranks print nothing (repeats)."""
-    if "WORLD_SIZE" not in os.environ:
-        return device
-    if device.startswith("cuda"):
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    if dist.get_rank() != 0:
-        sys.stdout = open(os.devnull, "w")
-    return device
-
-
-def this_rank():
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def world_size():
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def barrier():
-    if world_size() > 1:
-        dist.barrier()
-
-
-def rank_share(items, rank=None, world=None):
-    """This rank's contiguous share of a list, items[r * n // W:(r + 1) * n // W]: the shares in rank order
-    are the list again, and their sizes differ by at most one."""
-    rank, world = this_rank() if rank is None else rank, world_size() if world is None else world
-    return items[rank * len(items) // world:(rank + 1) * len(items) // world]
-
-
-def gather_lists(items):
-    """Every rank's list (of picklable items), concatenated in rank order, on every rank."""
-    if world_size() == 1:
-        return items
-    parts = [None] * world_size()
-    dist.all_gather_object(parts, items)
-    return [x for part in parts for x in part]
-
-
-def reduce_numbers(values, op="sum"):
-    """Numbers (int, float, bool) summed (op "sum") or maxed ("max") over the ranks, each keeping its type."""
-    if world_size() == 1:
-        return values
-    t = torch.tensor([float(v) for v in values], dtype=torch.float64,
-                     device="cuda" if dist.get_backend() == "nccl" else "cpu")
-    dist.all_reduce(t, getattr(dist.ReduceOp, op.upper()))
-    return [type(v)(x) for v, x in zip(values, t.tolist())]
-
-
-def all_reduce_gradients(policy):
-    """Sum the gradients over the ranks. One all-reduce per tensor after accumulation rather than DDP's hooks
-    in backward, because ranks may run different numbers of micro-batches (or none). FSDP sums its own."""
-    if world_size() == 1 or is_sharded(policy):
-        return
-    grads = []
-    for p in policy.parameters():
-        if p.requires_grad:
-            if p.grad is None:  # this rank's share of the batch was empty
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
-    for work in [dist.all_reduce(g, async_op=True) for g in grads]:  # issued together, so transfers overlap
-        work.wait()
-
-
-def shard_model(policy):
-    """--fsdp: FSDP2 over every decoder layer, then the root (embeddings, final norm, LM head). Each rank keeps
-    1/N of every parameter, gradient and optimizer moment and gathers a layer's weights only to run it."""
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-    for block in policy.model.layers:
-        fully_shard(block)
-    fully_shard(policy)
-    register_fsdp_forward_method(policy, "hidden_states")  # M.token_logprobs calls it instead of forward
-    for module in (*policy.model.layers, policy):
-        module.set_gradient_divide_factor(1.0)  # sum, not average, as all_reduce_gradients
-        module.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no pre-scaled sum
-    return policy
-
-
-def is_sharded(policy):
-    from torch.distributed.fsdp import FSDPModule
-    return isinstance(policy, FSDPModule)
-
-
-def whole(t):
-    """A tensor, with FSDP's shards (a DTensor) gathered into the whole tensor on every rank."""
-    from torch.distributed.tensor import DTensor
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
-def renumbered(opt_state, key):
-    """An optimizer state dict with its parameters renamed by key (index <-> name)."""
-    return dict(state={key[k]: v for k, v in opt_state["state"].items()},
-                param_groups=[dict(g, params=[key[p] for p in g["params"]]) for g in opt_state["param_groups"]])
-
-
-def gathered_state(policy, optimizer):
-    """--fsdp: (weights, optimizer state) with whole tensors on rank 0's CPU, the optimizer's numbered as a
-    plain optimizer numbers its parameters, so the checkpoint files are the same as without FSDP."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # other ranks get empty dicts
-    weights = get_model_state_dict(policy, options=options)
-    if not optimizer.state:  # no update yet; get_optimizer_state_dict would create a state (a zero step)
-        return weights, optimizer.state_dict()
-    opt_state = get_optimizer_state_dict(policy, optimizer, options=options)
-    index = {name: i for i, (name, _) in enumerate(policy.named_parameters())}
-    return weights, (renumbered(opt_state, index) if opt_state else opt_state)
-
-
-def load_sharded_optimizer_state(policy, optimizer, opt_state):
-    """--fsdp: load a whole (plain-numbered) optimizer state; each rank keeps the shards of its parameters."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-    names = dict(enumerate(name for name, _ in policy.named_parameters()))
-    set_optimizer_state_dict(policy, optimizer, renumbered(opt_state, names),
-                             options=StateDictOptions(full_state_dict=True))
-
-
-# -----------------------------------------------------------------------------
 # The loop
 
 
 def log_line(path, obj):
-    if this_rank() != 0:  # rank 0 writes the run's files
+    if D.this_rank() != 0:  # rank 0 writes the run's files
         return
     with open(path, "a") as f:
         f.write(json.dumps(obj) + "\n")
@@ -749,10 +618,10 @@ def evaluate_accuracy(policy, tokenizer, problems, cfg):
     """Greedy accuracy (the one evaluation protocol) and, with --eval-group-by, accuracy per group. With several
     ranks each evaluates its share of the problems and the summary is recomputed from all the records."""
     from evaluate import evaluate, summarize
-    records, summary = evaluate(policy, tokenizer, rank_share(problems), cfg.eval_max_new_tokens or cfg.max_new_tokens,
+    records, summary = evaluate(policy, tokenizer, D.rank_share(problems), cfg.eval_max_new_tokens or cfg.max_new_tokens,
                                 batch_size=64, template=cfg.template, group_by=cfg.eval_group_by or None)
-    if world_size() > 1:
-        summary = summarize(gather_lists(records), dict(group_by=cfg.eval_group_by or None))
+    if D.world_size() > 1:
+        summary = summarize(D.gather_lists(records), dict(group_by=cfg.eval_group_by or None))
     return summary["accuracy"], {str(k): v["accuracy"] for k, v in summary.get("per_group", {}).items()}
 
 
@@ -784,7 +653,7 @@ def check_config(cfg):
 
 def train(cfg):
     check_config(cfg)
-    device = setup_distributed(cfg.device or M.default_device())
+    device = D.setup_distributed(cfg.device or M.default_device())
     run_dir = Path(cfg.out or f"runs/{cfg.objective}-{Path(cfg.model).name}")
     start_step = 0
     if cfg.resume:
@@ -797,8 +666,8 @@ def train(cfg):
             raise ValueError(f"--resume: settings differ from {run_dir}/config.json (saved, now): {diff}")
     elif (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
-    barrier()  # every rank has read the run directory before rank 0 writes to it
-    if this_rank() == 0:
+    D.barrier()  # every rank has read the run directory before rank 0 writes to it
+    if D.this_rank() == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(
             json.dumps(dict(dataclasses.asdict(cfg), code_version=code_version()), indent=2))
@@ -816,14 +685,14 @@ def train(cfg):
     if cfg.lora_rank:
         lora.add_lora(policy, cfg.lora_rank, cfg.lora_alpha)
     if cfg.fsdp:  # whole weights are loaded first; the optimizer then holds the shards
-        shard_model(policy)
+        D.shard_model(policy)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
     if ckpt is not None:
         start_step = load_trainer_state(ckpt, policy, optimizer)
         print(f"resumed from {ckpt} after step {start_step}")
     rollout_model = make_rollout_model(policy, device)
-    if this_rank() == 0:
+    if D.this_rank() == 0:
         truncate_jsonl(run_dir / "metrics.jsonl", start_step)
         truncate_jsonl(run_dir / "samples.jsonl", start_step)
     print(f"training on {len(train_set)} problems ({cfg.dataset}), validation {len(val_set)}, "
@@ -858,7 +727,7 @@ def train(cfg):
         return run_dir
     save_checkpoint(run_dir / "checkpoints" / f"step_{cfg.steps}", policy, optimizer, tokenizer, cfg.steps, cfg)
     final = run_dir / "final"
-    if this_rank() == 0:
+    if D.this_rank() == 0:
         shutil.rmtree(final, ignore_errors=True)
         shutil.copytree(run_dir / "checkpoints" / f"step_{cfg.steps}", final,
                         ignore=shutil.ignore_patterns("trainer_state.*"))
@@ -882,9 +751,9 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
     drawn, rollouts = draw_rollouts(rollout_model, tokenizer, train_set, cfg, step, seconds)  # rollouts: the batch
     t2 = time.time()
     if reference is not None and cfg.kl_in == "reward":  # each rank scores its share; all get every result
-        share = rank_share(rollouts)
+        share = D.rank_share(rollouts)
         add_reference_kl(reference, share, cfg, device, tokenizer.pad_id)
-        for r, (kl, reward) in zip(rollouts, gather_lists([(s["kl"], s["reward"]) for s in share])):
+        for r, (kl, reward) in zip(rollouts, D.gather_lists([(s["kl"], s["reward"]) for s in share])):
             r.update(kl=kl, reward=reward)
     rewards = torch.tensor([r["reward"] for r in rollouts], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
     advantages = OBJECTIVES[cfg.objective].advantages(rewards) if rollouts else rewards  # (P, G)
@@ -894,7 +763,7 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
     rows = [r for r in rollouts if r["advantage"] != 0 or kl_in_loss or not cfg.skip_zero_advantage]
     stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
     if rows:
-        stats = policy_update(policy, reference, optimizer, rank_share(rows), len(rollouts),
+        stats = policy_update(policy, reference, optimizer, D.rank_share(rows), len(rollouts),
                               sum(len(r["tokens"]) for r in rollouts), cfg, device, tokenizer.pad_id)
     if reference is not None and cfg.kl_in == "reward":
         stats["kl"] = sum(r["kl"] for r in rollouts) / max(1, sum(len(r["tokens"]) for r in rollouts))
@@ -961,5 +830,4 @@ if __name__ == "__main__":
     try:
         train(parse_args())
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        D.shutdown()

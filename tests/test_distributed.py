@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import distributed as D
 import model as M
 import train_rl as T
 
@@ -198,14 +199,14 @@ def test_fsdp_checkpoint_files_are_the_plain_ones(runs):
 
 
 def test_rank_share_hand_written():
-    assert [T.rank_share(list(range(10)), r, 3) for r in range(3)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
-    assert [T.rank_share(list(range(3)), r, 2) for r in range(2)] == [[0], [1, 2]]
-    assert [T.rank_share(["a"], r, 2) for r in range(2)] == [[], ["a"]]  # fewer items than ranks
-    assert T.rank_share([1, 2, 3]) == [1, 2, 3]  # one process: everything
+    assert [D.rank_share(list(range(10)), r, 3) for r in range(3)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+    assert [D.rank_share(list(range(3)), r, 2) for r in range(2)] == [[0], [1, 2]]
+    assert [D.rank_share(["a"], r, 2) for r in range(2)] == [[], ["a"]]  # fewer items than ranks
+    assert D.rank_share([1, 2, 3]) == [1, 2, 3]  # one process: everything
     problems, seeds = [f"p{i}" for i in range(8)], list(range(100, 108))
     for r in range(4):  # a rank takes whole problems together with their own seeds
-        assert T.rank_share(problems, r, 4) == [f"p{i}" for i in (2 * r, 2 * r + 1)]
-        assert T.rank_share(seeds, r, 4) == [100 + 2 * r, 101 + 2 * r]
+        assert D.rank_share(problems, r, 4) == [f"p{i}" for i in (2 * r, 2 * r + 1)]
+        assert D.rank_share(seeds, r, 4) == [100 + 2 * r, 101 + 2 * r]
 
 
 def test_fsdp_needs_torchrun_and_full_fine_tuning(monkeypatch):
