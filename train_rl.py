@@ -204,7 +204,7 @@ def gspo_loss(b, cfg):
     ratio = torch.exp(sequence_mean(b["logp"] - b["old_logp"], mask))  # (B,) s_i(theta)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * adv)
     tis = torch.exp(sequence_mean(b["tis"].log(), mask))  # per-sequence truncated weight, same geometric mean
-    return -(surrogate * tis - sequence_mean(kl_penalty(b, cfg) * mask, mask)).sum() / b["n_sequences"]
+    return -(surrogate * tis - sequence_mean(kl_penalty(b, cfg), mask)).sum() / b["n_sequences"]
 
 
 def cispo_loss(b, cfg):
@@ -219,7 +219,7 @@ def cispo_loss(b, cfg):
 class Objective:
     advantages: callable  # rewards (P, G) -> advantages (P, G)
     loss: callable  # (micro-batch dict, cfg) -> this micro-batch's share of the batch loss
-    defaults: dict = field(default_factory=dict)  # flag defaults the method's paper uses (flags override)
+    defaults: dict = field(default_factory=dict)  # the paper's flag defaults, set by parse_args; flags win
 
 
 OBJECTIVES = {
