@@ -502,11 +502,15 @@ class EvalConfig:
 
 
 def add_flags(parser, config_class):
-    """One --flag per field of a config dataclass: the type from its annotation, help and any other
-    argparse keywords from its metadata (`aliases` adds option strings such as -k)."""
+    """One --flag per field of a config dataclass: the type from its annotation (a bool gives --flag and
+    --no-flag), help and any other argparse keywords from its metadata (`aliases` adds option strings such
+    as -k). evaluate.py, bands.py, train_rl.py and tiny.py build their command lines with it."""
     for f in fields(config_class):
         meta = dict(f.metadata)
         names = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", ())]
+        if f.type is bool:
+            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=f.default, **meta)
+            continue
         kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))
         parser.add_argument(*names, type=kind, default=f.default, **meta)
     return parser

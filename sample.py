@@ -194,8 +194,8 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
 
     temperature=0 is greedy. `seed` (an int, or one int per prompt) makes sampling reproducible: prompt i
-    is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else. `token_budget` bounds the KV cache
-    (rows x slots) of one chunk. `progress` is True for a progress line on stderr, or a callable
+    is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else.
+    `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on stderr, or a callable
     progress(tokens_done, rows_done, rows_total, seconds).
     """
     prompts = [list(p) for p in prompts]
@@ -206,7 +206,8 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     if seed is None:
         seed = int(torch.randint(2**31, ()))
     if isinstance(seed, int):  # prompt i's seed: a hash of (seed, i), so nearby seeds share no streams
-        seed = hash32((hash32(torch.tensor(seed & MASK32)) + torch.arange(len(prompts)) * 0x27D4EB2F) & MASK32).tolist()
+        index = torch.arange(len(prompts)) * 0x27D4EB2F
+        seed = hash32((hash32(torch.tensor(seed & MASK32)) + index) & MASK32).tolist()
     seeds = list(seed)
     if len(seeds) != len(prompts) or not all(isinstance(s, int) for s in seeds):
         raise ValueError(f"seed must be an int or a list of {len(prompts)} ints (one per prompt), got {seed!r}")

@@ -33,13 +33,14 @@ import random
 import re
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import model as qwen
+from evaluate import add_flags, arg
 from problems import format_prompt
 from sample import generate
 from verify import grade
@@ -137,37 +138,37 @@ def tiny_config(tokenizer):
         bos_token_id=tokenizer.eos_id, eos_token_id=tokenizer.eos_id, torch_dtype="float32")
 
 
-def init_weights(model):
-    """N(0, 0.02) for every matrix, as transformers initializes Qwen3 (initializer_range); norms stay 1."""
+def new_model(tokenizer, seed):
+    """A freshly initialized tiny Qwen3: N(0, 0.02) for every matrix, as transformers initializes Qwen3
+    (initializer_range); norms stay 1. The same seed gives the same weights."""
+    torch.manual_seed(seed)
+    model = qwen.Qwen3(tiny_config(tokenizer))
     for p in model.parameters():
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=0.02)
+    return model
 
 
 # -----------------------------------------------------------------------------
 # Pretraining: next-token prediction on prompt + solution, loss on the solution tokens only
 
 
-def opt(default, help):
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
 class TinyConfig:
-    seed: int = opt(0, "one seed for the data, the initialization and the data order")
-    steps: int = opt(2500, "pretraining steps: past the steep part of the curve, step-by-step solving is reliable")
-    batch_size: int = opt(64, "sequences per step")
-    lr: float = opt(3e-3, "peak AdamW learning rate")
-    warmup: int = opt(50, "linear warmup steps, then cosine decay to lr * min_lr_frac")
-    min_lr_frac: float = opt(0.1, "final learning rate as a fraction of the peak")
-    weight_decay: float = opt(0.1, "AdamW weight decay on matrices")
-    bare_2: float = opt(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}")
-    bare_3: float = opt(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}")
-    eval_every: int = opt(250, "steps between greedy accuracy checks on the first 200 validation problems")
-    out: str = opt("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
-    data_dir: str = opt("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
-    threads: int = opt(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)")
-    data_only: bool = opt(False, "write the data files and stop")
+    seed: int = arg(0, "one seed for the data, the initialization and the data order")
+    steps: int = arg(2500, "pretraining steps: past the steep part of the curve, step-by-step solving is reliable")
+    batch_size: int = arg(64, "sequences per step")
+    lr: float = arg(3e-3, "peak AdamW learning rate")
+    warmup: int = arg(50, "linear warmup steps, then cosine decay to lr * min_lr_frac")
+    min_lr_frac: float = arg(0.1, "final learning rate as a fraction of the peak")
+    weight_decay: float = arg(0.1, "AdamW weight decay on matrices")
+    bare_2: float = arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}")
+    bare_3: float = arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}")
+    eval_every: int = arg(250, "steps between greedy accuracy checks on the first 200 validation problems")
+    out: str = arg("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
+    data_dir: str = arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
+    threads: int = arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)")
+    data_only: bool = arg(False, "write the data files and stop")
 
 
 PROMPT_HEAD = format_prompt("{problem}").split("{problem}")[0]  # the template text before the problem
@@ -297,13 +298,7 @@ def evaluate(model, tokenizer, rows):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in fields(TinyConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type is bool:
-            parser.add_argument(flag, action="store_true", help=f.metadata["help"])
-        else:
-            parser.add_argument(flag, type=f.type, default=f.default, help=f.metadata["help"])
-    cfg = TinyConfig(**vars(parser.parse_args(argv)))
+    cfg = TinyConfig(**vars(add_flags(parser, TinyConfig).parse_args(argv)))
     print(json.dumps(asdict(cfg), indent=2))
     torch.set_num_threads(cfg.threads)
     t0 = time.time()
@@ -319,9 +314,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         texts = [format_prompt("")] + [r["problem"] + r["solution"] for rows in splits.values() for r in rows]
         tokenizer = build_tokenizer(texts, Path(tmp) / "tokenizer.json")
-        torch.manual_seed(cfg.seed)
-        model = qwen.Qwen3(tiny_config(tokenizer))
-        init_weights(model)
+        model = new_model(tokenizer, cfg.seed)
         print(f"vocab {tokenizer.vocab_size} (padded to {model.config.vocab_size}), "
               f"{qwen.count_parameters(model.config):,} parameters")
         pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"])

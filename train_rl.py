@@ -49,65 +49,62 @@ import lora
 import model as M
 import problems as P
 import verify
+from evaluate import add_flags, arg
 from sample import generate, pack_by_length
-
-
-def opt(default, help):
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class Config:
     # model and data
-    model: str = opt(M.DEFAULT_MODEL, "Hugging Face repo id, local checkpoint directory, or 'tiny'")
-    dataset: str = opt("math_train", "training pool: a dataset name from problems.py or a .jsonl path")
-    subject: str = opt("Algebra", "keep only problems of this subject ('' keeps all)")
-    num_problems: int = opt(50, "train on the first N problems of the pool (0: all)")
-    val_dataset: str = opt("", "validation set for --eval-every (default: carved from the training pool)")
-    val_size: int = opt(100, "validation problems carved from the pool when --val-dataset is not given")
-    test_dataset: str = opt("", "evaluated before and after training (never used for choices; '' skips)")
-    template: str = opt("base", "prompt template: base, chat, chat_think")
+    model: str = arg(M.DEFAULT_MODEL, "Hugging Face repo id, local checkpoint directory, or 'tiny'")
+    dataset: str = arg("math_train", "training pool: a dataset name from problems.py or a .jsonl path")
+    subject: str = arg("Algebra", "keep only problems of this subject ('' keeps all)")
+    num_problems: int = arg(50, "train on the first N problems of the pool (0: all)")
+    val_dataset: str = arg("", "validation set for --eval-every (default: carved from the training pool)")
+    val_size: int = arg(100, "validation problems carved from the pool when --val-dataset is not given")
+    test_dataset: str = arg("", "evaluated before and after training (never used for choices; '' skips)")
+    template: str = arg("base", "prompt template: base, chat, chat_think")
     # the RL objective
-    objective: str = opt("drgrpo", "one of OBJECTIVES: grpo, drgrpo, dapo, gspo, cispo, rloo, reinforce_pp")
-    steps: int = opt(50, "optimizer updates (one batch of rollouts each)")
-    problems_per_step: int = opt(1, "P: problems drawn per step")
-    group_size: int = opt(8, "G: completions sampled per problem")
-    max_new_tokens: int = opt(512, "generation budget per completion (also Dr. GRPO's loss constant)")
-    temperature: float = opt(1.0, "sampling temperature for rollouts")
-    top_p: float = opt(1.0, "nucleus sampling for rollouts")
-    epochs_per_batch: int = opt(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)")
-    clip_low: float = opt(0.2, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high)")
-    clip_high: float = opt(0.2, "ratio clip range above 1 (DAPO's clip-higher: 0.28)")
-    kl_coef: float = opt(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)")
-    kl_estimator: str = opt("k3", "KL estimator per token: k1, k2 or k3")
-    kl_in: str = opt("loss", "where the KL goes: 'loss' (a penalty term) or 'reward' (subtracted from each reward)")
-    tis_cap: float = opt(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)")
-    format_penalty: float = opt(0.0, "reward subtracted when a response has no final \\boxed{} answer")
-    overlong_buffer: int = opt(0, "DAPO soft overlong penalty: last N tokens of the budget ramp the reward to -1 (0: off)")
-    dynamic_sampling: bool = opt(False, "DAPO: draw more problems until P groups have mixed correctness")
-    max_draws: int = opt(4, "dynamic sampling: at most this many draws of P problems per step")
-    skip_zero_advantage: bool = opt(True, "leave rows with zero advantage (groups of equal rewards) out of the backward")
+    objective: str = arg("drgrpo", "one of OBJECTIVES: grpo, drgrpo, dapo, gspo, cispo, rloo, reinforce_pp")
+    steps: int = arg(50, "optimizer updates (one batch of rollouts each)")
+    problems_per_step: int = arg(1, "P: problems drawn per step")
+    group_size: int = arg(8, "G: completions sampled per problem")
+    max_new_tokens: int = arg(512, "generation budget per completion (also Dr. GRPO's loss constant)")
+    temperature: float = arg(1.0, "sampling temperature for rollouts")
+    top_p: float = arg(1.0, "nucleus sampling for rollouts")
+    epochs_per_batch: int = arg(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)")
+    clip_low: float = arg(0.2, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high)")
+    clip_high: float = arg(0.2, "ratio clip range above 1 (DAPO's clip-higher: 0.28)")
+    kl_coef: float = arg(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)")
+    kl_estimator: str = arg("k3", "KL estimator per token: k1, k2 or k3")
+    kl_in: str = arg("loss", "where the KL goes: 'loss' (a penalty term) or 'reward' (subtracted from each reward)")
+    tis_cap: float = arg(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)")
+    format_penalty: float = arg(0.0, "reward subtracted when a response has no final \\boxed{} answer")
+    overlong_buffer: int = arg(0, "DAPO soft overlong penalty: last N tokens of the budget ramp the reward to -1 (0: off)")
+    dynamic_sampling: bool = arg(False, "DAPO: draw more problems until P groups have mixed correctness")
+    max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step")
+    skip_zero_advantage: bool = arg(True, "leave rows with zero advantage (groups of equal rewards) out of the backward")
     # optimization
-    lr: float = opt(1e-5, "peak learning rate of AdamW")
-    weight_decay: float = opt(0.0, "AdamW weight decay")
-    warmup_steps: int = opt(0, "linear warmup steps")
-    schedule: str = opt("constant", "after warmup: constant, cosine or linear decay to 0")
-    grad_clip: float = opt(1.0, "max gradient norm (0: no clipping)")
-    micro_batch_tokens: int = opt(4096, "padded tokens per forward/backward micro-batch (gradient accumulation)")
-    grad_checkpointing: bool = opt(False, "recompute activations in backward to save memory")
-    fsdp: bool = opt(False, "under torchrun: shard parameters, gradients and optimizer state over the ranks (FSDP2)")
-    lora_rank: int = opt(0, "LoRA rank (0: full fine-tuning)")
-    lora_alpha: float = opt(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
+    lr: float = arg(1e-5, "peak learning rate of AdamW")
+    weight_decay: float = arg(0.0, "AdamW weight decay")
+    warmup_steps: int = arg(0, "linear warmup steps")
+    schedule: str = arg("constant", "after warmup: constant, cosine or linear decay to 0")
+    grad_clip: float = arg(1.0, "max gradient norm (0: no clipping)")
+    micro_batch_tokens: int = arg(4096, "padded tokens per forward/backward micro-batch (gradient accumulation)")
+    grad_checkpointing: bool = arg(False, "recompute activations in backward to save memory")
+    fsdp: bool = arg(False, "under torchrun: shard parameters, gradients and optimizer state over the ranks (FSDP2)")
+    lora_rank: int = arg(0, "LoRA rank (0: full fine-tuning)")
+    lora_alpha: float = arg(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
     # run
-    seed: int = opt(0, "seed for data order, sampling and initialization")
-    device: str = opt("", "cuda or cpu (default: cuda when available)")
-    out: str = opt("", "run directory (default: runs/<objective>-<model>)")
-    resume: bool = opt(False, "continue the run in --out from its last checkpoint")
-    save_every: int = opt(25, "checkpoint every N steps (0: only at the end)")
-    eval_every: int = opt(0, "evaluate on the validation split every N steps (0: never)")
-    eval_max_new_tokens: int = opt(0, "generation budget for evaluation (0: --max-new-tokens)")
-    eval_group_by: str = opt("source", "also log validation accuracy per value of this problem field ('' skips)")
-    samples_per_step: int = opt(2, "completions per step written to samples.jsonl")
+    seed: int = arg(0, "seed for data order, sampling and initialization")
+    device: str = arg("", "cuda or cpu (default: cuda when available)")
+    out: str = arg("", "run directory (default: runs/<objective>-<model>)")
+    resume: bool = arg(False, "continue the run in --out from its last checkpoint")
+    save_every: int = arg(25, "checkpoint every N steps (0: only at the end)")
+    eval_every: int = arg(0, "evaluate on the validation split every N steps (0: never)")
+    eval_max_new_tokens: int = arg(0, "generation budget for evaluation (0: --max-new-tokens)")
+    eval_group_by: str = arg("source", "also log validation accuracy per value of this problem field ('' skips)")
+    samples_per_step: int = arg(2, "completions per step written to samples.jsonl")
 
 
 # The embedded tiny world has its own settings (tiny.py): used with --model tiny unless a flag overrides.
@@ -316,9 +313,10 @@ def score_rollouts(rollouts, cfg):
 
 
 def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
-    """(every rollout drawn, the batch to learn from); adds the time spent to seconds. Without dynamic sampling both are the G samples of the
-    step's P problems. With it (DAPO sec. 3.2) groups that are all right or all wrong are dropped and more
-    problems drawn, at most --max-draws times, until P groups have mixed correctness."""
+    """(every rollout drawn, the batch to learn from); adds the time spent to seconds. Without dynamic
+    sampling both are the G samples of the step's P problems. With it (DAPO sec. 3.2) groups that are all
+    right or all wrong are dropped and more problems drawn, at most --max-draws times, until P groups have
+    mixed correctness."""
     G, drawn, batch_groups = cfg.group_size, [], []
     for draw in range(cfg.max_draws if cfg.dynamic_sampling else 1):
         if draw == 0:
@@ -761,12 +759,13 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
         r["advantage"] = a
     kl_in_loss = reference is not None and cfg.kl_in == "loss"  # then zero-advantage rows still carry KL gradient
     rows = [r for r in rollouts if r["advantage"] != 0 or kl_in_loss or not cfg.skip_zero_advantage]
+    batch_tokens = sum(len(r["tokens"]) for r in rollouts)  # the token-level losses' denominator
     stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
     if rows:
-        stats = policy_update(policy, reference, optimizer, D.rank_share(rows), len(rollouts),
-                              sum(len(r["tokens"]) for r in rollouts), cfg, device, tokenizer.pad_id)
+        stats = policy_update(policy, reference, optimizer, D.rank_share(rows), len(rollouts), batch_tokens, cfg,
+                              device, tokenizer.pad_id)
     if reference is not None and cfg.kl_in == "reward":
-        stats["kl"] = sum(r["kl"] for r in rollouts) / max(1, sum(len(r["tokens"]) for r in rollouts))
+        stats["kl"] = sum(r["kl"] for r in rollouts) / max(1, batch_tokens)
     t3 = time.time()
     lengths = [len(r["tokens"]) for r in drawn]
     generated = sum(lengths)
@@ -811,13 +810,7 @@ def print_progress(m, cfg, elapsed, done):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type is bool or f.type == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
-        else:
-            kind = {"int": int, "float": float, "str": str}.get(str(f.type), f.type)
-            parser.add_argument(flag, type=kind, default=f.default, help=f.metadata["help"])
+    add_flags(parser, Config)
     first, _ = parser.parse_known_args(argv)
     if first.model == "tiny":
         parser.set_defaults(**TINY_DEFAULTS)

@@ -123,13 +123,15 @@ def test_tokenizer_round_trip(tmp_path):
     assert tok.decode(tok.encode("  a\n \\boxed{7}" + tiny.EOS)) == "  a\n \\boxed{7}"
 
 
+def tokenizer_for(rows, tmp_path):
+    return tiny.build_tokenizer([format_prompt("")] + [r["problem"] + r["solution"] for r in rows],
+                                tmp_path / "tokenizer.json")
+
+
 def test_shared_head_forward_equals_the_full_forward(tmp_path):
     rows = tiny.make_splits(0, {"test": 1, "val": 1, "train": 8})["train"]
-    tok = tiny.build_tokenizer([format_prompt("")] + [r["problem"] + r["solution"] for r in rows],
-                               tmp_path / "tokenizer.json")
-    torch.manual_seed(0)
-    model = qwen.Qwen3(tiny.tiny_config(tok))
-    tiny.init_weights(model)
+    tok = tokenizer_for(rows, tmp_path)
+    model = tiny.new_model(tok, seed=0)
     head, inputs, targets, mask = tiny.make_batch(tok, rows, [i % 2 == 0 for i in range(8)])
     full = torch.cat([head.expand(len(rows), -1), inputs], 1)
     assert tok.decode(full[0].tolist()).startswith(format_prompt(rows[0]["problem"]))
@@ -145,18 +147,13 @@ def test_shared_head_forward_equals_the_full_forward(tmp_path):
 
 def test_short_pretraining_lowers_the_loss(tmp_path):
     rows = tiny.make_splits(0, {"test": 10, "val": 10, "train": 500})["train"]
-    tok = tiny.build_tokenizer([format_prompt("")] + [r["problem"] + r["solution"] for r in rows],
-                               tmp_path / "tokenizer.json")
-    torch.manual_seed(0)
-    model = qwen.Qwen3(tiny.tiny_config(tok))
-    tiny.init_weights(model)
+    tok = tokenizer_for(rows, tmp_path)
+    model = tiny.new_model(tok, seed=0)
     cfg = tiny.TinyConfig(steps=40, batch_size=8, warmup=5, eval_every=0)
     losses = tiny.pretrain(model, tok, rows, cfg, log=lambda msg: None)
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
-    torch.manual_seed(0)  # the same seed replays the same run (within warmup the schedule is the same)
-    again = qwen.Qwen3(tiny.tiny_config(tok))
-    tiny.init_weights(again)
+    again = tiny.new_model(tok, seed=0)  # the same seed replays the same run (within warmup the schedule is the same)
     assert tiny.pretrain(again, tok, rows, tiny.TinyConfig(steps=3, batch_size=8, warmup=5, eval_every=0),
                          log=lambda msg: None) == losses[:3]
 
