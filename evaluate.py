@@ -230,7 +230,8 @@ def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None)
 
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
-             temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None):
+             temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None,
+             compile=False):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
     With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}."""
@@ -247,7 +248,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     max_new_tokens=max_new_tokens, samples=samples, temperature=temperature, top_p=top_p,
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
-                    batch_size=batch_size, stop_token_ids=stop, group_by=group_by)
+                    batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile)
     t0 = time.time()
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
@@ -258,7 +259,8 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
         t = time.time()
         completions = sample.generate(model, prompts, max_new_tokens, temperature=temperature, top_p=top_p,
                                       n=samples, stop_token_ids=stop, pad_id=tokenizer.pad_id,
-                                      seed=[(seed * 1_000_003 + i) % 2**32 for i, _ in batch])  # per problem
+                                      seed=[(seed * 1_000_003 + i) % 2**32 for i, _ in batch],  # per problem
+                                      compile=compile)
         seconds = (time.time() - t) / len(batch)
         groups = [[dict(response=tokenizer.decode(c.tokens), completion_tokens=len(c.tokens),
                         finish_reason=c.finish_reason) for c in completions[j * samples:(j + 1) * samples]]
@@ -494,6 +496,7 @@ class EvalConfig:
     dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                             choices=("float32", "bfloat16", "float16"))
     device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
+    compile: bool = arg(False, "torch.compile the decode step (for CUDA; slower on a CPU)")
     out: str | None = arg(None, "output directory (default runs/eval/<model>-<dataset>)")
     responses: str | None = arg(None, "grade this JSONL of {id, response} from another engine instead of "
                                       "generating (--model then only supplies the tokenizer for token counts)")
@@ -553,7 +556,7 @@ def main(argv=None):
         net, tokenizer = M.load_model(cfg.model, dtype=dtype, device=device), M.load_tokenizer(cfg.model)
         _, summary = evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                               cfg.samples, cfg.temperature, cfg.top_p, cfg.seed, out, progress=True,
-                              dataset=cfg.dataset, group_by=cfg.group_by)
+                              dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile)
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}   summary: {out / 'summary.json'}")
     return summary

@@ -144,8 +144,9 @@ def plan_chunks(prompts, n, max_new_tokens, token_budget):
 
 @torch.inference_mode()
 def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds,
-                   pad_id, on_token):
-    """Complete one chunk of prompts: n rows each, in order prompt 0 sample 0..n-1, prompt 1, ..."""
+                   pad_id, on_token, decode):
+    """Complete one chunk of prompts: n rows each, in order prompt 0 sample 0..n-1, prompt 1, ...
+    `decode` runs the one-token steps: the model itself, or its torch.compile'd forward."""
     device = model.lm_head.weight.device
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
@@ -184,12 +185,12 @@ def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
             keep = (row_result >= 0).nonzero().squeeze(-1)
             cache.select(keep)
             row_result, next_token = row_result[keep], next_token[keep]
-        logits = model(next_token[:, None], cache=cache, last_only=True)[:, -1]
+        logits = decode(next_token[:, None], cache=cache, last_only=True)[:, -1]
     return results
 
 
 def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, n=1, stop_token_ids=(),
-             seed=None, token_budget=None, pad_id=0, progress=None):
+             seed=None, token_budget=None, pad_id=0, progress=None, compile=False):
     """Complete each prompt (a list of token ids) n times; returns len(prompts) * n Completions, in order
     prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
 
@@ -197,6 +198,9 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else.
     `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on stderr, or a callable
     progress(tokens_done, rows_done, rows_total, seconds).
+    `compile=True` runs the decode steps through torch.compile (dynamic shapes, so one graph serves every
+    cache length and batch size): meant for CUDA, where it fuses each layer's many small kernels. On a CPU
+    it is slower (README, Known gaps) and its first call compiles for minutes.
     """
     prompts = [list(p) for p in prompts]
     if not prompts:
@@ -227,10 +231,11 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
             print(f"\rgenerate: {stats['tokens']} tokens, {stats['rows_done']}/{rows_total} rows done, "
                   f"{stats['tokens'] / max(seconds, 1e-9):.1f} tok/s", end="", file=sys.stderr, flush=True)
 
+    decode = torch.compile(model, dynamic=True) if compile else model  # compiled once per model, then cached
     results = [None] * rows_total
     for chunk in plan_chunks(prompts, n, max_new_tokens, token_budget):
         out = generate_chunk(model, [prompts[i] for i in chunk], n, max_new_tokens, temperature, top_p, top_k,
-                             stop_token_ids, [seeds[i] for i in chunk], pad_id, on_token)
+                             stop_token_ids, [seeds[i] for i in chunk], pad_id, on_token, decode)
         for c in out:
             i = chunk[c.prompt_index]
             c.prompt_index = i

@@ -72,6 +72,7 @@ class Config:
     max_new_tokens: int = arg(512, "generation budget per completion (also Dr. GRPO's loss constant)")
     temperature: float = arg(1.0, "sampling temperature for rollouts")
     top_p: float = arg(1.0, "nucleus sampling for rollouts")
+    compile: bool = arg(False, "torch.compile the sampler's decode step (for CUDA; slower on a CPU)")
     epochs_per_batch: int = arg(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)")
     clip_low: float = arg(0.2, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high)")
     clip_high: float = arg(0.2, "ratio clip range above 1 (DAPO's clip-higher: 0.28)")
@@ -296,7 +297,7 @@ def collect_rollouts(policy, tokenizer, batch, cfg, seeds):
     prompts = [tokenizer.encode(P.format_prompt(p["problem"], cfg.template)) for p in batch]
     completions = generate(policy, prompts, cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                            n=cfg.group_size, stop_token_ids=tokenizer.stop_token_ids(chat=cfg.template != "base"),
-                           seed=seeds, pad_id=tokenizer.pad_id)
+                           seed=seeds, pad_id=tokenizer.pad_id, compile=cfg.compile)
     return [dict(problem=batch[c.prompt_index], prompt=prompts[c.prompt_index], tokens=c.tokens,
                  sampler_logprobs=c.logprobs, finish_reason=c.finish_reason, text=tokenizer.decode(c.tokens))
             for c in completions]
@@ -617,7 +618,8 @@ def evaluate_accuracy(policy, tokenizer, problems, cfg):
     ranks each evaluates its share of the problems and the summary is recomputed from all the records."""
     from evaluate import evaluate, summarize
     records, summary = evaluate(policy, tokenizer, D.rank_share(problems), cfg.eval_max_new_tokens or cfg.max_new_tokens,
-                                batch_size=64, template=cfg.template, group_by=cfg.eval_group_by or None)
+                                batch_size=64, template=cfg.template, group_by=cfg.eval_group_by or None,
+                                compile=cfg.compile)
     if D.world_size() > 1:
         summary = summarize(D.gather_lists(records), dict(group_by=cfg.eval_group_by or None))
     return summary["accuracy"], {str(k): v["accuracy"] for k, v in summary.get("per_group", {}).items()}

@@ -234,6 +234,27 @@ def test_flops_per_token_matches_flop_counter():
     assert counter.get_total_flops() == T * flops_per_token(m.config, context_len=T, training=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_single_row_path_equals_f_linear(dtype, bias):
+    """One row goes through torch.mv (the fast batch-1 decode path); values and gradients are F.linear's."""
+    torch.manual_seed(0)
+    layer = qwen3.Linear(64, 48, bias=bias).to(dtype)
+    for shape in [(64,), (1, 64), (1, 1, 64)]:
+        x = torch.randn(shape, dtype=dtype, requires_grad=True)
+        y = layer(x)
+        assert y.shape == (*shape[:-1], 48)
+        x_ref = x.detach().clone().requires_grad_()
+        y_ref = torch.nn.functional.linear(x_ref, layer.weight, layer.bias)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: both accumulate in fp32, then round once
+        torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
+        y.float().square().sum().backward()
+        y_ref.float().square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, atol=10 * tol, rtol=10 * tol)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts linear, not mv: the path steps aside
+        assert layer.float()(torch.randn(1, 64)).dtype == torch.bfloat16
+
+
 # -----------------------------------------------------------------------------
 # KV cache
 
