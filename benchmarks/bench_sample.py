@@ -8,6 +8,7 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python benchmarks/bench_sample.py            # the full figure set (a few minutes)
     python benchmarks/bench_sample.py --quick    # a small shape, seconds
     python benchmarks/bench_sample.py --kernels  # one-row bf16 products: torch.mv against F.linear
+    python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
 """
 
 import argparse
@@ -23,9 +24,9 @@ import model as M  # noqa: E402
 from sample import generate  # noqa: E402
 
 
-def copy_bandwidth(nbytes=512 * 2**20, repeats=5):
+def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
     """Bytes/s of a large tensor copy (read + write counted), the best of a few repeats."""
-    src = torch.ones(nbytes, dtype=torch.uint8)
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
     best = min(timed(lambda: dst.copy_(src)) for _ in range(repeats))
@@ -33,8 +34,11 @@ def copy_bandwidth(nbytes=512 * 2**20, repeats=5):
 
 
 def timed(fn):
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    sync()
     t = time.perf_counter()
     fn()
+    sync()  # GPU work is asynchronous: the clock stops when it is done, not when it is queued
     return time.perf_counter() - t
 
 
@@ -68,15 +72,15 @@ def build_pair(config, dtype):
     return ours.eval(), ref
 
 
-def run_ours(model, prompts, new_tokens):
-    out = generate(model, prompts, new_tokens, temperature=0)
+def run_ours(model, prompts, new_tokens, compile=False):
+    out = generate(model, prompts, new_tokens, temperature=0, compile=compile)
     assert all(len(o.tokens) == new_tokens for o in out)
 
 
 def run_transformers(ref, prompts, new_tokens):
     with torch.inference_mode():
-        out = ref.generate(torch.tensor(prompts), attention_mask=torch.ones(len(prompts), len(prompts[0]), dtype=torch.long),
-                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+        ids = torch.tensor(prompts, device=ref.device)
+        out = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
     assert out.shape[1] == len(prompts[0]) + new_tokens
 
 
@@ -84,48 +88,60 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a small model shape for a fast smoke run")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--compile", action="store_true", help="also time ours with generate(compile=True)")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per setting, alternating (medians reported)")
     ap.add_argument("--kernels", action="store_true", help="only time the one-row kernels model.Linear picks from")
     args = ap.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
     torch.set_num_threads(args.threads)
     if args.kernels:
         return one_row_kernels(args.threads)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick else M.Qwen3Config()
     ours, ref = build_pair(config, torch.bfloat16)
-    print(f"Qwen3 shape: {M.count_parameters(config) / 1e6:.1f}M parameters, bf16, {args.threads} threads; "
+    ours, ref = ours.to(args.device), ref.to(args.device)
+    where = args.device if args.device != "cpu" else f"cpu, {args.threads} threads"
+    print(f"Qwen3 shape: {M.count_parameters(config) / 1e6:.1f}M parameters, bf16, {where}; "
           f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy")
+    runs = {"ours": lambda p, k: run_ours(ours, p, k), "transformers": lambda p, k: run_transformers(ref, p, k)}
+    if args.compile:
+        t = timed(lambda: run_ours(ours, [[1] * args.prompt_len], 2, compile=True))
+        print(f"ours compiled: first call (compiles) {t:.0f} s")
+        runs["ours compiled"] = lambda p, k: run_ours(ours, p, k, compile=True)
     g = torch.Generator().manual_seed(0)
-    print(f"{'batch':>5} {'ours tok/s':>11} {'transformers tok/s':>19} {'ratio':>6}")
-    results = {}
+    print(f"{'batch':>5} " + " ".join(f"{name + ' tok/s':>{max(11, len(name) + 6)}}" for name in runs)
+          + " " + " ".join(f"{name + ' / transformers':>{len(name) + 15}}" for name in runs if name != "transformers"))
     for batch in args.batches:
         prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len), generator=g).tolist()
-        run_ours(ours, prompts[:1], 2)  # warm-up
-        run_transformers(ref, prompts[:1], 2)
-        times = {"ours": [], "ref": []}
-        for _ in range(args.repeats):  # alternated, so a slow spell of this shared machine hits both sides
-            times["ours"].append(timed(lambda: run_ours(ours, prompts, args.new_tokens)))
-            times["ref"].append(timed(lambda: run_transformers(ref, prompts, args.new_tokens)))
-        t_ours, t_ref = statistics.median(times["ours"]), statistics.median(times["ref"])
-        n = batch * args.new_tokens
-        results[batch] = (n / t_ours, n / t_ref)
-        print(f"{batch:>5} {n / t_ours:>11.1f} {n / t_ref:>19.1f} {t_ref / t_ours:>5.2f}x", flush=True)
+        for run in runs.values():
+            run(prompts, 2)  # warm-up at this batch size (a compiled step may compile for a new shape)
+        times = {name: [] for name in runs}
+        for _ in range(args.repeats):  # alternated, so a slow spell of this shared machine hits every side
+            for name, run in runs.items():
+                times[name].append(timed(lambda: run(prompts, args.new_tokens)))
+        rate = {name: batch * args.new_tokens / statistics.median(t) for name, t in times.items()}
+        print(f"{batch:>5} " + " ".join(f"{rate[name]:>{max(11, len(name) + 6)}.1f}" for name in runs) + " "
+              + " ".join(f"{rate[name] / rate['transformers']:>{len(name) + 14}.2f}x" for name in runs
+                         if name != "transformers"), flush=True)
 
     # batch-1 decode against the bandwidth limit: every step reads every matmul weight once
     matmul_weights = M.flops_per_token(config, 0) // 2  # forward FLOPs are 2 per matmul weight
     weight_bytes = 2 * matmul_weights  # bf16
-    bw = copy_bandwidth()
+    bw = copy_bandwidth(args.device)
     prompts = torch.randint(0, config.vocab_size, (1, args.prompt_len), generator=g).tolist()
     t_long, t_short = [], []
     for _ in range(args.repeats):  # alternated, medians: the difference of two noisy times is noisier still
-        t_long.append(timed(lambda: run_ours(ours, prompts, args.new_tokens + 1)))
-        t_short.append(timed(lambda: run_ours(ours, prompts, 1)))  # prefill + first token
+        t_long.append(timed(lambda: run_ours(ours, prompts, args.new_tokens + 1, args.compile)))
+        t_short.append(timed(lambda: run_ours(ours, prompts, 1, args.compile)))  # prefill + first token
     decode_rate = args.new_tokens / (statistics.median(t_long) - statistics.median(t_short))
     limit = bw / weight_bytes
-    print(f"batch-1 decode: {decode_rate:.1f} tok/s; copy bandwidth {bw / 1e9:.1f} GB/s over {weight_bytes / 1e9:.2f} GB "
-          f"of weights per step -> limit {limit:.1f} tok/s; ours at {decode_rate / limit:.0%} of it")
+    print(f"batch-1 decode{' (compiled)' if args.compile else ''}: {decode_rate:.1f} tok/s; copy bandwidth "
+          f"{bw / 1e9:.1f} GB/s over {weight_bytes / 1e9:.2f} GB of weights per step -> limit {limit:.1f} tok/s; "
+          f"ours at {decode_rate / limit:.0%} of it")
 
 
 if __name__ == "__main__":

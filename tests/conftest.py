@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -48,3 +49,13 @@ def make_char_model(directory, seed=0, hidden=32, layers=2, std=0.1):
 @pytest.fixture
 def char_model_dir(tmp_path):
     return make_char_model(tmp_path / "char")
+
+
+@pytest.fixture
+def gpu():
+    """The device of the tests named *_on_gpu_*: cuda where there is one (benchmarks/gpu_check.sh runs them on
+    a lent GPU machine), else TEST_DEVICE (TEST_DEVICE=cpu checks their logic on the CPU); skipped otherwise."""
+    device = os.environ.get("TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else None)
+    if device is None:
+        pytest.skip("needs a GPU (TEST_DEVICE=cpu runs it on the CPU)")
+    return device

@@ -390,18 +390,20 @@ def test_hand_written_backward_passes_pass_gradcheck():
     assert torch.autograd.gradcheck(lambda h, w: qwen3.TokenLogProbsFunction.apply(h, w, targets, 3)[0], (h, w))
 
 
-def test_bf16_is_as_close_to_fp32_as_transformers_in_bf16(tmp_path):
+def bf16_against_transformers(tmp_path, device):
     """Our bf16 path (fused norm with rstd rounded to bf16, fused RoPE, chunked LM head) loses no more
-    accuracy than transformers' bf16 path: relative errors against the fp32 result, logits to gradient."""
+    accuracy than transformers' bf16 path on `device`: relative errors against the fp32 CPU result, logits to
+    gradient."""
     hf = save_hf(tmp_path)
     ids = ids_for((4, 32))
     weight = torch.randn(4, 31, generator=torch.Generator().manual_seed(12))
 
-    def run(m, logits_fn, logprobs_fn):  # -> logits, log-probs, gradient of the tied embedding
-        logits = logits_fn(ids).detach().float()
-        logp = logprobs_fn(ids)
-        (logp * weight).sum().backward()
-        return logits, logp.detach(), m.model.embed_tokens.weight.grad.float()
+    def run(m, logits_fn, logprobs_fn):  # -> logits, log-probs, gradient of the tied embedding (on the CPU)
+        device_ids = ids.to(m.lm_head.weight.device)
+        logits = logits_fn(device_ids).detach().float()
+        logp = logprobs_fn(device_ids)
+        (logp * weight.to(logp.device)).sum().backward()
+        return logits.cpu(), logp.detach().cpu(), m.model.embed_tokens.weight.grad.float().cpu()
 
     def run_ours(m):
         return run(m, m, lambda ids: token_logprobs(m, ids)[0])
@@ -411,11 +413,19 @@ def test_bf16_is_as_close_to_fp32_as_transformers_in_bf16(tmp_path):
                    lambda ids: naive_logprobs(lambda i: m(input_ids=i).logits, ids)[0])
 
     truth = run_ours(qwen3.load_model(tmp_path, device="cpu"))
-    ours = run_ours(qwen3.load_model(tmp_path, device="cpu", dtype=torch.bfloat16))
-    ref = run_hf(hf.to(torch.bfloat16))
+    ours = run_ours(qwen3.load_model(tmp_path, device=device, dtype=torch.bfloat16))
+    ref = run_hf(hf.to(device, torch.bfloat16))
     for what, a, b, t in zip(["logits", "log-probs", "embedding grad"], ours, ref, truth):
         err_ours, err_ref = ((a - t).norm() / t.norm()).item(), ((b - t).norm() / t.norm()).item()
         assert err_ours <= 1.5 * err_ref, f"bf16 {what}: relative error {err_ours:.2e}, transformers' {err_ref:.2e}"
+
+
+def test_bf16_is_as_close_to_fp32_as_transformers_in_bf16(tmp_path):
+    bf16_against_transformers(tmp_path, "cpu")
+
+
+def test_bf16_on_gpu_is_as_close_to_fp32_as_transformers_in_bf16(tmp_path, gpu):
+    bf16_against_transformers(tmp_path, gpu)
 
 
 # -----------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """sample.generate against uncached greedy decoding, transformers' generate, and full-forward log-probs."""
 
+import copy
+
 import pytest
 import torch
 
@@ -232,3 +234,18 @@ def test_compiled_decode_gives_the_eager_completions(tiny):
             torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(e.logprobs), atol=1e-4, rtol=0)
         if "stop_token_ids" in kw:
             assert any(e.finish_reason == "stop" for e in eager), "the test needs rows that stop early"
+
+
+def test_generate_on_gpu_equals_the_cpu(tiny, gpu):
+    """fp32 on the GPU, eager and compiled: the CPU's greedy tokens and seeded samples (the draws are a hash
+    of (seed, row, step, token), whatever the device), log-probs equal up to rounding."""
+    model, _ = tiny
+    on_gpu = copy.deepcopy(model).to(gpu)
+    prompts = random_prompts([5, 17, 3, 9])
+    for kw in [dict(temperature=0), dict(temperature=1.0, n=2, seed=5)]:
+        on_cpu = S.generate(model, prompts, 16, **kw)
+        for compile in (False, True):
+            out = S.generate(on_gpu, prompts, 16, compile=compile, **kw)
+            assert [o.tokens for o in out] == [c.tokens for c in on_cpu], (kw, compile)
+            for o, c in zip(out, on_cpu):
+                torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(c.logprobs), atol=1e-3, rtol=0)

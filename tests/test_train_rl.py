@@ -452,3 +452,13 @@ def test_tiny_world_rl_raises_held_out_accuracy(objective, tmp_path):
     assert 0.10 < acc0 < 0.60  # the committed checkpoint is "sometimes right"
     assert acc1 >= acc0 + 0.15, (acc0, acc1)
     assert direct1 <= direct0 - 0.20, (direct0, direct1)  # RL teaches it to work step by step
+
+
+def test_tiny_world_rl_on_gpu_with_compiled_sampling(tmp_path, gpu):
+    """The GPU path end to end: fp32 master weights under bf16 autocast, rollouts from the bf16 copy through
+    the compiled decode step; the same bar as the CPU runs above."""
+    from benchmarks.compare_objectives import rl_effect
+    (acc0, direct0, _), (acc1, direct1, _) = rl_effect("drgrpo", seed=0, out=tmp_path / "run",
+                                                       flags=("--device", gpu, "--compile"))
+    assert acc1 >= acc0 + 0.15, (acc0, acc1)
+    assert direct1 <= direct0 - 0.20, (direct0, direct1)

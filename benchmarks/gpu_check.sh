@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU checks as one short run, for a machine with a CUDA GPU (about 6-8 minutes on one H200):
+#   1. the tests named *_on_gpu_* (skipped where there is no GPU): bf16 forward and backward as close to
+#      fp32 as transformers' bf16 on the GPU; generate on the GPU (eager and compiled) gives the CPU's tokens;
+#      the tiny world's RL run on the GPU (autocast, bf16 rollout copy, compiled decode) clears the CPU's bar;
+#   2. bench_sample.py on the GPU: ours, ours compiled and transformers' generate at batch 1, 8 and 32.
+# Logs go to $OUT (or runs/gpu_check).
+#   bash benchmarks/gpu_check.sh
+set -o pipefail
+out=${OUT:-runs/gpu_check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python=${PYTHON:-python3}
+status=0
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  $python -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__,
+              '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
+} 2>&1 | tee "$out/env.txt"
+timeout 360 $python -m pytest -q -rs -k on_gpu tests/ 2>&1 | tee "$out/tests.txt" || status=1
+timeout 300 $python benchmarks/bench_sample.py --device cuda --compile 2>&1 | tee "$out/bench_sample.txt" || status=1
+exit $status
