@@ -113,7 +113,7 @@ TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_datas
                      test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8, max_new_tokens=64,
                      lr=1e-4, eval_every=20, save_every=20, eval_group_by="level")
 # Settings that may change when a run is resumed; everything else must match the saved config.
-RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out", "fsdp"}
+RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out", "fsdp", "compile"}
 KL_ESTIMATORS, KL_PLACES = ("k1", "k2", "k3"), ("loss", "reward")
 
 
