@@ -197,8 +197,8 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
 
     temperature=0 is greedy. `seed` (an int, or one int per prompt) makes sampling reproducible: prompt i
     is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else.
-    `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on stderr, or a callable
-    progress(tokens_done, rows_done, rows_total, seconds).
+    `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on
+    stderr, or a callable progress(tokens_done, rows_done, rows_total, seconds).
     `compile=True` runs the decode steps through torch.compile (dynamic shapes, so one graph serves every
     cache length and batch size): meant for CUDA, where it fuses each layer's many small kernels. On a CPU
     it is slower (README, Known gaps) and its first call compiles for minutes.

@@ -80,7 +80,8 @@ def run_ours(model, prompts, new_tokens, compile=False):
 def run_transformers(ref, prompts, new_tokens):
     with torch.inference_mode():
         ids = torch.tensor(prompts, device=ref.device)
-        out = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+        out = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                           min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
     assert out.shape[1] == len(prompts[0]) + new_tokens
 
 
@@ -113,8 +114,10 @@ def main():
         print(f"ours compiled: first call (compiles) {t:.0f} s")
         runs["ours compiled"] = lambda p, k: run_ours(ours, p, k, compile=True)
     g = torch.Generator().manual_seed(0)
-    print(f"{'batch':>5} " + " ".join(f"{name + ' tok/s':>{max(11, len(name) + 6)}}" for name in runs)
-          + " " + " ".join(f"{name + ' / transformers':>{len(name) + 15}}" for name in runs if name != "transformers"))
+    ours_names = [name for name in runs if name != "transformers"]
+    rate_width = {name: max(11, len(name) + 6) for name in runs}
+    print(f"{'batch':>5} " + " ".join(f"{name + ' tok/s':>{rate_width[name]}}" for name in runs) + " "
+          + " ".join(f"{name} / transformers" for name in ours_names))
     for batch in args.batches:
         prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len), generator=g).tolist()
         for run in runs.values():
@@ -124,9 +127,9 @@ def main():
             for name, run in runs.items():
                 times[name].append(timed(lambda: run(prompts, args.new_tokens)))
         rate = {name: batch * args.new_tokens / statistics.median(t) for name, t in times.items()}
-        print(f"{batch:>5} " + " ".join(f"{rate[name]:>{max(11, len(name) + 6)}.1f}" for name in runs) + " "
-              + " ".join(f"{rate[name] / rate['transformers']:>{len(name) + 14}.2f}x" for name in runs
-                         if name != "transformers"), flush=True)
+        print(f"{batch:>5} " + " ".join(f"{rate[name]:>{rate_width[name]}.1f}" for name in runs) + " "
+              + " ".join(f"{rate[name] / rate['transformers']:>{len(name) + 14}.2f}x" for name in ours_names),
+              flush=True)
 
     # batch-1 decode against the bandwidth limit: every step reads every matmul weight once
     matmul_weights = M.flops_per_token(config, 0) // 2  # forward FLOPs are 2 per matmul weight

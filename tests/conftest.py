@@ -53,8 +53,8 @@ def char_model_dir(tmp_path):
 
 @pytest.fixture
 def gpu():
-    """The device of the tests named *_on_gpu_*: cuda where there is one (benchmarks/gpu_check.sh runs them on
-    a lent GPU machine), else TEST_DEVICE (TEST_DEVICE=cpu checks their logic on the CPU); skipped otherwise."""
+    """The device of the tests named *_on_gpu_*: TEST_DEVICE when set (TEST_DEVICE=cpu checks their logic on
+    the CPU), else cuda where there is one (benchmarks/gpu_check.sh runs them there); skipped otherwise."""
     device = os.environ.get("TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else None)
     if device is None:
         pytest.skip("needs a GPU (TEST_DEVICE=cpu runs it on the CPU)")
