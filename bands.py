@@ -41,10 +41,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import cli
 import evaluate as E
 import model as M
 import problems as P
-from evaluate import arg
+import tiny
+from cli import arg
 
 BANDS = ("all_zero", "mixed", "all_one")
 P_TABLE = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
@@ -273,6 +275,11 @@ class BandsConfig:
     device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
 
 
+# The tiny world (--model tiny, or a model trained from it): a budget that fits its context, bands per level,
+# a held-out split that a few dozen problems can give.
+TINY_DEFAULTS = dict(max_new_tokens=tiny.MAX_NEW_TOKENS, group_by="level", heldout_per_group=10)
+
+
 def check_config(cfg):
     if cfg.k < 2:
         raise ValueError(f"-k must be at least 2 (with one sample no problem can be mixed), got {cfg.k}")
@@ -334,9 +341,9 @@ def main(argv=None):
             raise ValueError(f"-k must be at least 1, got {args.k}")
         print(format_p_mixed_table(args.k))
         return args.k
-    parser = argparse.ArgumentParser(description="Bands of a problem pool (module docstring); `bands.py compare "
-                                     "A B` tabulates two runs, `bands.py table -k G` prints P(mixed).")
-    cfg = BandsConfig(**vars(E.add_flags(parser, BandsConfig).parse_args(argv)))
+    cfg = cli.parse_config(BandsConfig, argv, "Bands of a problem pool (module docstring); `bands.py compare A B` "
+                           "tabulates two runs, `bands.py table -k G` prints P(mixed).",
+                           defaults=lambda first: TINY_DEFAULTS if M.is_tiny_world(first.model) else {})
     print(f"bands: {cfg}", file=sys.stderr)
     summary = run(cfg)
     print(format_bands(summary, cfg.out))
@@ -344,4 +351,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    E.run_main(main, "bands.py")
+    cli.run_main(main, "bands.py")

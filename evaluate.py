@@ -35,7 +35,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,10 @@ import torch
 import model as M
 import problems as P
 import sample
+import tiny
 import verify
+import cli
+from cli import arg
 
 # settings that change the numbers: a resumed run must match all of them
 PROTOCOL_KEYS = ("model", "dataset", "dtype", "template", "max_new_tokens", "samples", "temperature", "top_p", "seed")
@@ -474,11 +477,7 @@ def format_compare(c):
 
 
 # -----------------------------------------------------------------------------
-# CLI: flags generated from the config dataclass
-
-
-def arg(default, help, **kw):
-    return field(default=default, metadata=dict(help=help, **kw))
+# CLI: flags generated from the config dataclass (cli.py)
 
 
 @dataclass
@@ -504,26 +503,19 @@ class EvalConfig:
                                      "problems without the field count under '?'")
 
 
-def add_flags(parser, config_class):
-    """One --flag per field of a config dataclass: the type from its annotation (a bool gives --flag and
-    --no-flag), help and any other argparse keywords from its metadata (`aliases` adds option strings such
-    as -k). evaluate.py, bands.py, train_rl.py and tiny.py build their command lines with it."""
-    for f in fields(config_class):
-        meta = dict(f.metadata)
-        names = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", ())]
-        if f.type is bool:
-            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=f.default, **meta)
-            continue
-        kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))
-        parser.add_argument(*names, type=kind, default=f.default, **meta)
-    return parser
+# The tiny world (--model tiny, or a model trained from it): its test split, a budget that fits its context.
+TINY_DEFAULTS = dict(dataset="tiny_test", max_new_tokens=tiny.MAX_NEW_TOKENS, group_by="level")
 
 
-def parse_config(argv):
-    parser = argparse.ArgumentParser(description="Evaluate a model on a math data set (protocol: the module "
-                                     "docstring). `evaluate.py compare A B [--n-boot N --seed S]` compares two "
-                                     "records files.")
-    return EvalConfig(**vars(add_flags(parser, EvalConfig).parse_args(argv)))
+def check_config(cfg):
+    """Refuse flag values that cannot run, naming the flag."""
+    for name in ("max_new_tokens", "batch_size", "samples", "limit"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
+    if cfg.temperature < 0 or not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--temperature must be >= 0 and --top-p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
+    if cfg.samples > 1 and cfg.temperature == 0 and not cfg.responses:
+        raise ValueError(f"--samples {cfg.samples} needs --temperature > 0: greedy samples are all the same")
 
 
 def main(argv=None):
@@ -539,7 +531,10 @@ def main(argv=None):
         result = compare(args.a, args.b, args.n_boot, args.seed)
         print(format_compare(result))
         return result
-    cfg = parse_config(argv)
+    cfg = cli.parse_config(EvalConfig, argv, "Evaluate a model on a math data set (protocol: the module docstring). "
+                           "`evaluate.py compare A B [--n-boot N --seed S]` compares two records files.",
+                           defaults=lambda first: TINY_DEFAULTS if M.is_tiny_world(first.model) else {})
+    check_config(cfg)
     problems = P.load_problems(cfg.dataset, cfg.limit)
     # runs/grpo/final -> grpo-final; Qwen/Qwen3-0.6B-Base -> Qwen3-0.6B-Base
     name = Path(cfg.responses).stem if cfg.responses else \
@@ -562,14 +557,5 @@ def main(argv=None):
     return summary
 
 
-def run_main(main, prog):
-    """Run a command-line main: the errors it raises for bad input (ValueError, FileNotFoundError) end the
-    program with one line that names the problem, not a traceback."""
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"{prog}: error: {e}")
-
-
 if __name__ == "__main__":
-    run_main(main, "evaluate.py")
+    cli.run_main(main, "evaluate.py")

@@ -582,6 +582,20 @@ def download_model(repo_id, revision="main"):
     return snap
 
 
+def is_tiny_world(name_or_path):
+    """`tiny`, or a local checkpoint with the tiny world's tokenizer (one trained from it, e.g. a run's final/):
+    such a model gets the tiny world's flag defaults (budget, data sets) in every script."""
+    if str(name_or_path) == "tiny":
+        return True
+    mine = Path(name_or_path) / "tokenizer.json"
+    if not mine.is_file() or mine.stat().st_size > 1 << 20:  # the tiny world's is ~1 KB; Qwen3's is 11 MB
+        return False
+    try:
+        return json.loads(mine.read_text())["model"] == json.loads((TINY_MODEL_DIR / "tokenizer.json").read_text())["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def resolve_model_dir(name_or_path, revision="main"):
     """A local directory, `tiny`, or a Hugging Face repo id (the local cache first, then a download)."""
     if str(name_or_path) == "tiny":
@@ -593,8 +607,8 @@ def resolve_model_dir(name_or_path, revision="main"):
         return path
     name = str(name_or_path)
     if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix in (".json", ".safetensors", ".bin"):
-        raise FileNotFoundError(f"{name}: no such model directory, and not a Hugging Face repo id like "
-                                f"{DEFAULT_MODEL!r}")
+        raise FileNotFoundError(f"{name}: no such model directory (a run's final/ appears when train_rl.py "
+                                f"finishes), and not a Hugging Face repo id like {DEFAULT_MODEL!r}")
     snap = _cached_snapshot(name, revision)
     if snap is not None:
         return snap

@@ -30,7 +30,6 @@ MATH-500 is held out: the training pool is checked against it, and --eval-every 
 split carved from the training pool.
 """
 
-import argparse
 import copy
 import dataclasses
 import json
@@ -44,12 +43,14 @@ from pathlib import Path
 
 import torch
 
+import cli
 import distributed as D
 import lora
 import model as M
 import problems as P
+import tiny
 import verify
-from evaluate import add_flags, arg
+from cli import arg
 from sample import generate, pack_by_length
 
 
@@ -108,13 +109,16 @@ class Config:
     samples_per_step: int = arg(2, "completions per step written to samples.jsonl")
 
 
-# The embedded tiny world has its own settings (tiny.py): used with --model tiny unless a flag overrides.
+# The embedded tiny world has its own settings (tiny.py): used with --model tiny, or a model trained from it,
+# unless a flag overrides.
 TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_dataset="tiny_val",
-                     test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8, max_new_tokens=64,
+                     test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8,
+                     max_new_tokens=tiny.MAX_NEW_TOKENS,
                      lr=1e-4, eval_every=20, save_every=20, eval_group_by="level")
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out", "fsdp", "compile"}
 KL_ESTIMATORS, KL_PLACES = ("k1", "k2", "k3"), ("loss", "reward")
+SCHEDULES = ("constant", "cosine", "linear")
 
 
 # -----------------------------------------------------------------------------
@@ -633,6 +637,10 @@ def check_config(cfg):
                  "micro_batch_tokens", "max_draws"):
         if getattr(cfg, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
+    if cfg.schedule not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
+    if cfg.template not in P.TEMPLATES:
+        raise ValueError(f"--template must be one of {', '.join(P.TEMPLATES)}, got {cfg.template!r}")
     if cfg.kl_estimator not in KL_ESTIMATORS or cfg.kl_in not in KL_PLACES:
         raise ValueError(f"--kl-estimator must be one of {KL_ESTIMATORS} and --kl-in one of {KL_PLACES}, "
                          f"got {cfg.kl_estimator!r} and {cfg.kl_in!r}")
@@ -666,6 +674,8 @@ def train(cfg):
             raise ValueError(f"--resume: settings differ from {run_dir}/config.json (saved, now): {diff}")
     elif (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+    train_set, val_set, test_set = load_pools(cfg)  # bad data or a missing model fail before the run directory is written
+    M.resolve_model_dir(cfg.model)
     D.barrier()  # every rank has read the run directory before rank 0 writes to it
     if D.this_rank() == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -674,7 +684,6 @@ def train(cfg):
     print(json.dumps(dataclasses.asdict(cfg)))
 
     torch.manual_seed(cfg.seed)
-    train_set, val_set, test_set = load_pools(cfg)
     tokenizer = M.load_tokenizer(cfg.model)
     policy = M.load_model(cfg.model, dtype=torch.float32, device=device)  # fp32 master weights
     policy.gradient_checkpointing = cfg.grad_checkpointing
@@ -807,22 +816,27 @@ def print_progress(m, cfg, elapsed, done):
 
 
 # -----------------------------------------------------------------------------
-# Command line: flags generated from Config; --model tiny switches to the tiny world's defaults
+# Command line: flags generated from Config (cli.py); --model tiny switches to the tiny world's defaults
+
+
+def flag_defaults(first):
+    """Defaults that depend on other flags: the tiny world's, then the objective's paper defaults (e.g. DAPO's
+    clip-higher); flags given still win."""
+    out = dict(TINY_DEFAULTS) if M.is_tiny_world(first.model) else {}
+    out.update(OBJECTIVES[first.objective].defaults if first.objective in OBJECTIVES else {})
+    return out
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_flags(parser, Config)
-    first, _ = parser.parse_known_args(argv)
-    if first.model == "tiny":
-        parser.set_defaults(**TINY_DEFAULTS)
-    if first.objective in OBJECTIVES:  # the method's own defaults (e.g. DAPO's clip-higher); flags still win
-        parser.set_defaults(**OBJECTIVES[first.objective].defaults)
-    return Config(**vars(parser.parse_args(argv)))
+    return cli.parse_config(Config, argv, __doc__.split("\n\n")[0], defaults=flag_defaults)
+
+
+def main(argv=None):
+    try:
+        return train(parse_args(argv))
+    finally:
+        D.shutdown()
 
 
 if __name__ == "__main__":
-    try:
-        train(parse_args())
-    finally:
-        D.shutdown()
+    cli.run_main(main, "train_rl.py")

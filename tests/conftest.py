@@ -46,6 +46,27 @@ def make_char_model(directory, seed=0, hidden=32, layers=2, std=0.1):
     return directory / "model"
 
 
+def make_qwen_vocab_model(directory, seed=0):
+    """A random tiny Qwen3 with the real Qwen3 vocabulary and tokenizer (data/qwen3-tokenizer), saved in Hugging
+    Face layout: the real-data paths (MATH prompts, Qwen's special tokens) at test-model cost."""
+    config = M.Qwen3Config(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=4096,
+                           rope_theta=1000000.0, bos_token_id=151643, eos_token_id=151643, torch_dtype="float32",
+                           tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    net = M.Qwen3(config)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0, 0.02)
+    M.save_model(net, Path(directory), M.load_tokenizer(M.QWEN3_TOKENIZER))
+    return Path(directory)
+
+
+@pytest.fixture(scope="session")
+def qwen_vocab_model_dir(tmp_path_factory):
+    return make_qwen_vocab_model(tmp_path_factory.mktemp("qwen_vocab") / "model")
+
+
 @pytest.fixture
 def char_model_dir(tmp_path):
     return make_char_model(tmp_path / "char")

@@ -54,7 +54,7 @@ def scripted(tmp_path, monkeypatch):
 
 def run_cli(dataset, out, *extra):
     return B.main(["--model", "tiny", "--dataset", str(dataset), "-k", "4", "--max-new-tokens", "16", "--out",
-                   str(out), "--batch-size", "3", *extra])
+                   str(out), "--batch-size", "3", "--group-by", "source", *extra])
 
 
 # -----------------------------------------------------------------------------

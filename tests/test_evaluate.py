@@ -12,6 +12,7 @@ import torch
 
 import evaluate as E
 import model as M
+import problems as P
 import sample
 from sample import Completion
 
@@ -242,7 +243,6 @@ def scripted_generate(script):
 
 
 def test_evaluate_function_with_known_answers(tiny, data, monkeypatch):
-    import problems as P
     script = {q: [a if i in (0, 2, 4) else "17"] for i, (q, a, _, _) in enumerate(PROBLEMS)}
     monkeypatch.setattr(sample, "generate", scripted_generate(script))
     net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
@@ -255,7 +255,6 @@ def test_evaluate_function_with_known_answers(tiny, data, monkeypatch):
 
 
 def test_per_group_accuracy_with_missing_field(tiny, tmp_path, monkeypatch, capsys):
-    import problems as P
     topics = ["geo", "alg", None, "geo", "alg"]  # p2 has no topic: counted under "?"
     rows = [dict(id=f"p{i}", problem=q, answer=a, **({"topic": t} if t else {}))
             for i, ((q, a, _, _), t) in enumerate(zip(PROBLEMS, topics))]
@@ -280,7 +279,6 @@ def test_per_group_accuracy_with_missing_field(tiny, tmp_path, monkeypatch, caps
 
 
 def test_evaluate_majority_and_pass_at_k_with_known_samples(tiny, data, monkeypatch):
-    import problems as P
     script = {PROBLEMS[0][0]: ["4", "5", "5", "4.0", "6"],  # 4 vs 5 tie 2:2, 4 sampled first -> right
               PROBLEMS[1][0]: ["8", "9", "8", "1", "2"]}  # 8 wins -> wrong, 1 of 5 right
     monkeypatch.setattr(sample, "generate", scripted_generate(script))
@@ -295,7 +293,6 @@ def test_evaluate_majority_and_pass_at_k_with_known_samples(tiny, data, monkeypa
 
 
 def test_chat_template_prompts_and_stop_tokens(tiny, data, monkeypatch):
-    import problems as P
     seen = {}
 
     def fake_generate(model, prompts, max_new_tokens, n=1, stop_token_ids=(), **kw):
@@ -397,3 +394,12 @@ def test_bad_datasets(tmp_path):
     bad.write_text('{"problem": "1+1?", "answer": "2"}\nnot json\n')
     with pytest.raises(ValueError, match="bad.jsonl:2: not valid JSON"):
         E.main(["--dataset", str(bad)])
+
+
+@pytest.mark.parametrize("dataset", sorted(P.DATASETS))
+def test_every_shipped_dataset_evaluates_with_the_real_tokenizer(dataset, qwen_vocab_model_dir, tmp_path):
+    summary = E.main(["--model", str(qwen_vocab_model_dir), "--dataset", dataset, "--limit", "2",
+                      "--max-new-tokens", "4", "--out", str(tmp_path / "eval")])
+    records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
+    assert summary["n"] == 2 and [r["id"] for r in records] == [p["id"] for p in P.load_problems(dataset, 2)]
+    assert all(r["prompt_tokens"] > 20 and 1 <= r["completion_tokens"] <= 4 for r in records)

@@ -462,3 +462,22 @@ def test_tiny_world_rl_on_gpu_with_compiled_sampling(tmp_path, gpu):
                                                        flags=("--device", gpu, "--compile"))
     assert acc1 >= acc0 + 0.15, (acc0, acc1)
     assert direct1 <= direct0 - 0.20, (direct0, direct1)
+
+
+# -----------------------------------------------------------------------------
+# The real-data path a GPU user takes: train_rl.py's own defaults (MATH pool, Algebra, first 50, base template,
+# the real verifier) on a random model with the real Qwen3 tokenizer
+
+
+def test_default_config_trains_on_the_shipped_math_pool(qwen_vocab_model_dir, tmp_path):
+    cfg = T.parse_args(["--model", str(qwen_vocab_model_dir), "--steps", "1", "--max-new-tokens", "4",
+                        "--out", str(tmp_path / "run")])
+    assert (cfg.dataset, cfg.subject, cfg.num_problems, cfg.template) == ("math_train", "Algebra", 50, "base")
+    train, val, _ = T.load_pools(cfg)
+    assert len(train) == 50 and all(p["subject"] == "Algebra" for p in train + val) and len(val) == cfg.val_size
+    run = T.train(cfg)
+    m = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["step"] == 1 and m["generated_tokens"] > 0 and m["flops"] > 0 and 0 <= m["accuracy"] <= 1
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["dataset"] == "math_train" and saved["subject"] == "Algebra"
+    assert (run / "final" / "model.safetensors").is_file() and (run / "final" / "tokenizer.json").is_file()
