@@ -8,23 +8,35 @@ The rules, in the order they run (each is a small function below):
  2. Normalization, the same for both sides (MATH-style): drop $, \\left/\\right, \\! \\, \\; spacing,
     degrees (^\\circ), \\% and \\$, units after a number (5 \\text{ cm}^2, 10 dollars), thousands
     separators (11,\\!111), base subscripts (52_8 -> 52), trailing periods; \\dfrac/\\tfrac -> \\frac,
-    \\frac12 -> \\frac{1}{2}, \\sqrt2 -> \\sqrt{2}; \\text{...} is unwrapped; (C) -> C.
+    \\frac12 -> \\frac{1}{2}, \\sqrt2 -> \\sqrt{2}; \\text{...} is unwrapped; (C) -> C. A degree mark in a
+    trig function's argument is kept and means pi/180 (\\sin 30^\\circ = 1/2, while \\sin 30 is in
+    radians); a repeating decimal is the exact fraction (0.1\\overline{6} -> \\frac{1}{6}); \\varnothing
+    and \\{\\} are \\emptyset.
  3. Equal strings are equal; words (east, Evelyn) compare case-insensitively.
- 4. Structure: unordered lists (1, -2 = -2, 1) and sets \\{...\\}, with a \\pm b read as two answers;
-    unions of intervals (in any order); tuples, points and intervals (ordered, same brackets);
-    matrices and vectors (a column vector equals a tuple); equations (y = 2x + 3 equals
-    2x - y + 3 = 0: the two sides' differences agree up to a nonzero factor; an `x =` prefix is
-    dropped when only one side has it).
- 5. Plain numbers (integers, decimals, fractions, mixed numbers, scientific notation) compare in
+ 4. Plain numbers (integers, decimals, fractions, mixed numbers, scientific notation) compare in
     Python without sympy: exactly when both are exact; within rel_tol when either is a decimal,
     since a decimal may be rounded, but never beyond half a unit in the last digit of a decimal
     reference (.35626 is not .35625).
+ 5. Structure: unordered lists (1, -2 = -2, 1) and sets \\{...\\}, with a \\pm b read as two answers;
+    unions of intervals (in any order); tuples, points and intervals (ordered, same brackets);
+    matrices and vectors (a column vector equals a tuple; a scalar in front multiplies every cell:
+    -\\begin{pmatrix}1\\\\2\\end{pmatrix} = (-1, -2)); equations (y = 2x + 3 equals 2x - y + 3 = 0: the
+    two sides' differences agree up to a nonzero factor; an `x =` prefix is dropped when only one
+    side has it).
  6. Anything else is parsed by a small whitelist LaTeX parser (numbers, one-letter and Greek
     variables, + - * / ^, implicit products, \\frac, \\sqrt[n], \\pi, e, i, \\infty, trig and log
     functions, !, |x|, floor/ceil, \\binom); text outside the whitelist compares as a string only.
     A float evaluation at fixed points rejects clearly different pairs at once; the rest go to a
-    sympy worker process that compares at those points with 50 digits, then by simplify(a - b).
-    Variables are taken to be positive reals (lengths, counts), so sqrt(x^2) = x.
+    sympy worker process that evaluates both at those points with 50 digits, which also only
+    rejects, unless a side is a decimal. Variables are taken to be positive reals (lengths, counts),
+    so sqrt(x^2) = x.
+Exact answers are decided exactly. When neither side is written as a decimal (0.333, 3.14, 2e-5;
+a plain number in scientific notation, 3\\times10^8, counts as one), the two are equal only when
+exactly equal: Fraction arithmetic for plain numbers; in sympy, a proof (rational arithmetic,
+expand, simplify, a minimal polynomial for algebraic numbers, and, with variables, an exact zero
+of the difference at each fixed point). Why: a reward must never pay 10^{20} + 1 for 10^{20}, or
+1 + 10^{-20} for 1; a relative tolerance (rel_tol) is right only for an answer that may itself
+have been rounded, so only a decimal earns it.
 Safety: model output never reaches eval/exec/sympify; sympy objects are built from our own parse.
 Sizes are bounded before sympy evaluates (answer length, exponents, factorials), and all sympy
 work runs in a persistent worker process that is killed and restarted when a check passes its time
@@ -33,6 +45,7 @@ limit. A pathological answer grades as wrong; it never raises or stalls the call
 
 import atexit
 import cmath
+import collections
 import json
 import math
 import operator
@@ -94,7 +107,7 @@ def extract_answer(text):
 # normalization
 
 _UNICODE = [('\u2212', '-'), ('\u00d7', '\\times '), ('\u00b7', '\\cdot '), ('\u00f7', '\\div '),
-            ('\u03c0', '\\pi '), ('\u221e', '\\infty '), ('\u221a', '\\sqrt'), ('\u00b0', ''),
+            ('\u03c0', '\\pi '), ('\u221e', '\\infty '), ('\u221a', '\\sqrt'), ('\u00b0', '^\\circ '),
             ('\u00a0', ' '), ('\u2009', ' '), ('\x00', '')]
 _TEXT = r'\\(?:text|textbf|textit|textrm|textnormal|textsf|texttt|mbox|mathrm|mathbf|mathit|mathsf|operatorname)\s*'
 _UNIT_TEXT = r'\\(?:text|textrm|textnormal|mbox|mathrm)\s*\{(?:\s+[a-zA-Z]|[a-zA-Z]{2})[a-zA-Z\s.]*\}'  # not \mathrm{i}
@@ -104,9 +117,35 @@ _UNITS = ('cm|mm|km|meters?|inch(?:es)?|feet|foot|ft|yards?|miles?|units?|square
 _POWER = r'(?:\s*\^\s*\{?\d\}?)?'  # the ^2 of cm^2
 
 
+_SIMPLE = re.compile(r'[-+]?(?:\d+\.?\d*|\.\d+)')  # 42, -0.5, 5.: no rule below changes them
+_DEGREE = re.compile(r'\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])')
+_TRIG = re.compile(r'\\(?:sin|cos|tan|cot|sec|csc)(?![a-zA-Z])')
+_ITEM_END = re.compile(r'[,=&]|\\\\')  # where a list item, equation side or matrix cell ends
+_REPEATING = re.compile(r'(?<![\d.])(\d{0,50})\.(\d{0,50})\\(?:overline|bar)(?:\{(\d{1,50})\}|(\d))')  # 0.1\overline{6}
+
+
+def _degrees(s):
+    """Drop degree marks (the question fixes the unit: 30^\\circ is 30), except after a trig function
+    in the same list item, where the mark stays as \\degree, which the parser reads as times pi/180:
+    \\sin 30^\\circ is 1/2 but \\sin 30 is the sine of 30 radians."""
+    def mark(m):
+        item = _ITEM_END.split(s[:m.start()])[-1]
+        return '\\degree ' if _TRIG.search(item) else ''
+    return _DEGREE.sub(mark, s)
+
+
+def _repeating(m):
+    """0.1\\overline{6} -> \\frac{1}{6}: a repeating decimal is an exact fraction, not a rounded decimal."""
+    whole, head, cycle = m[1] or '0', m[2], m[3] or m[4]
+    value = int(whole) + Fraction(int(head + cycle) - int(head or '0'), 10 ** len(head) * (10 ** len(cycle) - 1))
+    return f'\\frac{{{value.numerator}}}{{{value.denominator}}}'
+
+
 def normalize_answer(s):
     """MATH-style canonical form of an answer string (pred and ref get the same treatment)."""
     s = s.strip()
+    if _SIMPLE.fullmatch(s):  # most answers are plain numbers: skip the two dozen regexes below
+        return s.rstrip('.')
     for a, b in _UNICODE:
         s = s.replace(a, b)
     s = s.replace('\\$', '').replace('$', '').replace('~', ' ').replace('{,}', ',')
@@ -114,7 +153,7 @@ def normalize_answer(s):
     s = re.sub(r'\\(?:displaystyle|textstyle|left\.|right\.|q?quad(?![a-zA-Z]))|(?<!\\)\\[!,;:> ]', ' ', s)
     s = re.sub(r'\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])', '', s)
     s = re.sub(r'\\[dtc]frac(?![a-zA-Z])', r'\\frac', s)
-    s = re.sub(r'\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree|\\%|%', '', s)
+    s = _degrees(re.sub(r'\\%|%', '', s))
     s = s.replace('\\mathbb{R}', '(-\\infty,\\infty)')
     s = re.sub(_TEXT + r'\{\s*(?:and|or)\s*\}|\s+(?:and|or)\s+', ',', s)  # "1 and 2" is the list 1, 2
     s = re.sub(r'(?<=[\d}.)])\s*' + _UNIT_TEXT + _POWER, '', s)         # 5.4 \text{ cents}
@@ -129,6 +168,8 @@ def normalize_answer(s):
         s = s.replace(',', '')
     s = re.sub(r'(\\[a-zA-Z]+|(?<![\\a-zA-Z])[a-zA-Z])\s+(?=[a-zA-Z])', '\\1\x00', s)  # \cot x, L C s
     s = re.sub(r'\s+', '', s).replace('\x00', ' ')
+    s = _REPEATING.sub(_repeating, s)
+    s = re.sub(r'\\varnothing(?![a-zA-Z])|\\\{\\\}', r'\\emptyset', s)  # one name for the empty set
     s = s.rstrip('.')
     s = re.sub(r'^[a-zA-Z]\\in(?![a-zA-Z])', '', s)                # x \in [-2, 7]
     s = re.sub(r'^(\d+)_\{?\d+\}?$', r'\1', s)  # 52_8 -> 52: the problem fixes the base
@@ -152,9 +193,13 @@ def _number(s):
         exp = int(m[2] or m[3] or 0)
         if abs(exp) > 400:
             return None
-        places = len(m[1].partition('.')[2]) if '.' in m[1] else 0
-        exact = not re.search(r'[.eE\\*]', s)
-        return Fraction(m[1]) * Fraction(10) ** exp, 0 if exact else Fraction(10) ** (exp - places) / 2
+        value = Fraction(m[1]) if '.' in m[1] else Fraction(int(m[1]))  # int(): no string parsing in Fraction
+        if exp:
+            value *= Fraction(10) ** exp
+        if s.lstrip('-+').isdigit():
+            return value, 0
+        places = len(m[1].partition('.')[2])
+        return value, Fraction(10) ** (exp - places) / 2
     m = _FRAC.fullmatch(s)
     if m:
         num, den = _number(m[2] or m[4]), _number(m[3] or m[5])
@@ -180,7 +225,7 @@ def _numbers_equal(a, b, rel_tol):
 # -----------------------------------------------------------------------------
 # structured answers: lists, sets, \pm, unions, equations, tuples, intervals, matrices
 
-_MATRIX = re.compile(r'\\begin\{([pbB]?matrix|array)\}(?:\{[lcr|]*\})?(.*)\\end\{\1\}', re.S)
+_MATRIX = re.compile(r'(.*?)(?:\\cdot|\\times|\*)?\\begin\{([pbB]?matrix|array)\}(?:\{[lcr|]*\})?(.*)\\end\{\2\}', re.S)
 _LHS = re.compile(r'[a-zA-Z](?:_\{?\w+\}?)?(?:\([a-z]\))?')  # x =, a_1 =, f(x) =
 _WORD = re.compile(r'(?=.*[A-Za-z]{3})[A-Za-z ]+')  # east, Evelyn, no solution
 
@@ -237,13 +282,27 @@ def _equation(s):
     return None
 
 
+def _scaled(k, cell):
+    """The cell k * cell as an answer string: exact numbers are multiplied here, anything else is
+    left to the parser as the product (k)(cell)."""
+    a, b = _number(k), _number(cell)
+    if a and b and a[1] == b[1] == 0:
+        return str(a[0] * b[0])  # '-1', '3/2': plain numbers again
+    return f'({k})({cell})'
+
+
 def _matrix(s):
-    """Rows of cells of a pmatrix/bmatrix/array, or None."""
-    m = _MATRIX.fullmatch(s)
+    """Rows of cells of a pmatrix/bmatrix/array, or None; a scalar in front multiplies every cell:
+    -\\begin{pmatrix}1\\\\3\\end{pmatrix} has the cells -1 and -3."""
+    m = '\\begin' in s and _MATRIX.fullmatch(s)  # the 'in' test spares most answers the regex
     if not m:
         return None
-    rows = [r.split('&') for r in m[2].split('\\\\')]
-    return rows[:-1] if len(rows) > 1 and rows[-1] == [''] else rows  # a trailing \\
+    k = {'': None, '+': None, '-': '-1'}.get(m[1], m[1])
+    if k is not None and _number(k) is None and parse_latex(k) is None:
+        return None  # not a scalar we can read
+    rows = [r.split('&') for r in m[3].split('\\\\')]
+    rows = rows[:-1] if len(rows) > 1 and rows[-1] == [''] else rows  # a trailing \\
+    return rows if k is None else [[_scaled(k, c) for c in r] for r in rows]
 
 
 def _tuple(s):
@@ -285,6 +344,9 @@ def _equiv(p, r, rel_tol, deadline, depth=0):
         return False
     if _WORD.fullmatch(p) and _WORD.fullmatch(r):
         return p.lower() == r.lower()
+    a, b = _number(p), _number(r)
+    if a and b:  # before the structure rules: a plain number is never a list, tuple or equation
+        return _numbers_equal(a, b, rel_tol)
 
     def same(a, b):
         return _equiv(a, b, rel_tol, deadline, depth + 1)
@@ -312,7 +374,7 @@ def _equiv(p, r, rel_tol, deadline, depth=0):
         return (bool(pm and rm) and [len(x) for x in pm] == [len(x) for x in rm]
                 and _matched(sum(pm, []), sum(rm, []), same, ordered=True))
     a, b = _number(p), _number(r)
-    if a and b:
+    if a and b:  # \\{5\\} is 5 once unwrapped
         return _numbers_equal(a, b, rel_tol)
     return _symbolic('expr', p, r, rel_tol, deadline)
 
@@ -325,6 +387,7 @@ _GREEK = set('alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta 
 _FUNCS = set('sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln exp'.split())
 _ATOMS = _GREEK | _FUNCS | {'frac', 'sqrt', 'binom', 'pi', 'infty', 'lfloor', 'lceil'}
 _LETTERS = set('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ')
+_DEGREE_NODE = ('div', ('const', 'pi'), ('num', '180'))
 _TEXTLIKE = re.compile(r'(?<![\\a-zA-Z])(?<!_\{)[a-zA-Z]{3,}')  # a word, not a product of three variables
 
 
@@ -381,6 +444,9 @@ class _Parser:
         if self.peek() == '^':
             self.take()
             node = ('pow', node, self.script())
+        if self.peek() == '\\degree':  # 30\degree, 10^2\degree: kept only in a trig argument (_degrees)
+            self.take()
+            node = ('mul', node, _DEGREE_NODE)
         return node
 
     def script(self):
@@ -632,36 +698,90 @@ def _values(exprs, symbols, trial):
     return out if all(math.isfinite(abs(v)) for v in out) else None
 
 
+def _nonzero(v):
+    """Worker side: True when evalf gets 30 correct digits of a nonzero value for the number v."""
+    import sympy
+    try:
+        return v.evalf(30, strict=True) != 0
+    except Exception:  # PrecisionExhausted (v may be 0) or no value at all: no verdict
+        return False
+
+
+def _zero_number(v):
+    """Worker side: a proof that the number v is 0: exact rewrites, then a minimal polynomial for an
+    algebraic number (radicals, trig of rational multiples of pi), else Expr.equals (simplify)."""
+    import sympy
+    if sympy.expand_complex(v) == 0 or sympy.expand(sympy.logcombine(v)) == 0:  # e^{i pi/3}; ln 6 - ln 2 - ln 3
+        return True
+    try:
+        return sympy.minimal_polynomial(v, sympy.Dummy('t')).is_Symbol  # the polynomial t: v is 0
+    except Exception:  # NotAlgebraic (pi, ln 2) or not supported: the general tool
+        return v.equals(0) is True
+
+
+def _proved_zero(d, symbols):
+    """Worker side: an exact proof that the sympy expression d is 0. A 50-digit zero is no proof
+    (10^{20} + 1 - 10^{20} is 1, and a deep radical can sit 10^{-22} from 1). expand settles
+    polynomials; a number goes to _zero_number; with variables, simplify(d) is 0, or d is exactly 0
+    at each fixed point (rationals substituted: sqrt(x^2+2x+1) - x - 1, which simplify leaves alone)."""
+    import sympy
+    if d == 0 or sympy.expand(d) == 0:
+        return True
+    if not symbols:
+        return not _nonzero(d) and _zero_number(d)  # evalf disproves in a millisecond
+    at_points = [d.subs({s: sympy.Rational(_point(s.name, t)) for s in symbols}) for t in range(3)]
+    if any(v.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo) for v in at_points):
+        return sympy.simplify(d) == 0  # a pole at a point: only an identity will do
+    if any(_nonzero(v) for v in at_points):
+        return False  # x + 10^{-30} - x at x = 0.37
+    if all(sympy.expand(v) == 0 for v in at_points) or sympy.simplify(d) == 0:  # cheap tries first
+        return True
+    return all(_zero_number(v) for v in at_points)
+
+
+def _constant_ratio(x, y):
+    """Worker side: is x / y exactly a nonzero constant?"""
+    import sympy
+    ratio = sympy.cancel(x / y)
+    if ratio.free_symbols:
+        ratio = sympy.simplify(ratio)
+    return not ratio.free_symbols and ratio != 0
+
+
 def _sympy_equal(kind, p, r, rel_tol):
-    """Worker side: are the two whitelisted expressions (or equations, as lhs - rhs) equal?"""
+    """Worker side: are the two whitelisted expressions (or equations, as lhs - rhs) equal? Values at
+    fixed points reject; they accept only when a side is a decimal, else the decision is exact."""
     import sympy
     x, y = _to_sympy(parse_latex(p)), _to_sympy(parse_latex(r))
     if x.has(sympy.zoo, sympy.nan) or y.has(sympy.zoo, sympy.nan):
         return False
     symbols = x.free_symbols | y.free_symbols
+    inexact = _inexact(p) or _inexact(r)
     if kind == 'eq':  # same solution set: (lhs - rhs) of one is a nonzero multiple of the other's
         if x == 0 or y == 0:
             return x == y
         vals = [_values([x, y], symbols, t) for t in range(3)]
         if all(v and v[1] != 0 for v in vals):
             q = [a / b for a, b in vals]
-            return q[0] != 0 and all(abs(v - q[0]) <= 1e-9 * abs(q[0]) for v in q)
-        ratio = sympy.simplify(x / y)
-        return bool(ratio.is_number and ratio != 0)
+            if not (q[0] != 0 and all(abs(v - q[0]) <= 1e-9 * abs(q[0]) for v in q)):
+                return False
+            if inexact:
+                return True
+        return _constant_ratio(x, y)
     if x == y:
         return True
-    inexact = _inexact(p) or _inexact(r)
     for trial in range(3 if symbols else 1):
         vals = _values([x - y, x, y], symbols, trial)  # x - y itself: evalf controls the cancellation
         if vals is None:
-            break  # a pole or an infinity here: let simplify decide
+            break  # a pole or an infinity here: let the exact check decide
         d, vx, vy = vals
         scale = abs(vy) if inexact else max(abs(vx), abs(vy))
         if abs(d) > (rel_tol if inexact else 1e-20) * scale + 1e-40:
             return False
-    else:
-        return True
-    return sympy.simplify(x - y) == 0
+    else:  # every point agrees: enough for a decimal, while an exact pair needs a proof
+        if inexact:
+            return True
+    return _proved_zero(x - y, symbols)
 
 # -----------------------------------------------------------------------------
 # the sympy worker: a persistent subprocess, killed and restarted when a check runs past its limit
@@ -692,7 +812,10 @@ class _Worker:
             self.ready = self.readline(STARTUP_TIMEOUT) == 'ready'
         self.proc.stdin.write(json.dumps(msg) + '\n')
         self.proc.stdin.flush()
-        return self.readline(timeout) == '1'
+        answer = self.readline(timeout)
+        if answer == 'e':
+            ERRORS['sympy'] += 1
+        return answer == '1'
 
     def kill(self):
         self.proc.kill()
@@ -715,6 +838,7 @@ def _ask_worker(msg, deadline):
         try:
             return _worker.ask(msg, deadline - time.monotonic())
         except (OSError, ValueError, TimeoutError, EOFError):
+            ERRORS['timeout'] += 1
             _worker.kill()
             _worker = _Worker()  # restart now, so its sympy import overlaps the caller's next work
             return False
@@ -731,6 +855,9 @@ def _stop_worker():
 atexit.register(_stop_worker)
 
 
+_WARM_UP = [('\\tan x', '\\frac{\\sin x}{\\cos x}'), ('\\sqrt{2}+\\sqrt{3}', '\\sqrt{5+2\\sqrt{6}}')]
+
+
 def _serve():
     """Worker main loop; exits when the parent closes stdin (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
@@ -740,16 +867,24 @@ def _serve():
     except (ImportError, ValueError, OSError):
         pass
     import sympy  # noqa: F401  before 'ready', so the import never counts against a check
+    for pair in _WARM_UP:  # the first simplify and minimal_polynomial load more of sympy (~0.5 s)
+        _sympy_equal('expr', *pair, REL_TOL)
     print('ready', flush=True)
     for line in sys.stdin:
         try:
-            ok = _sympy_equal(*json.loads(line))
-        except Exception:  # whatever sympy raises on an odd input means "not shown equal"
-            ok = False
-        print('1' if ok else '0', flush=True)
+            answer = '1' if _sympy_equal(*json.loads(line)) else '0'
+        except Exception:  # whatever sympy raises on an odd input means "not shown equal", counted by the parent
+            answer = 'e'
+        print(answer, flush=True)
 
 # -----------------------------------------------------------------------------
 # public API: equivalence, grade, reward, and their batch forms
+
+
+# Checks that ended without a verdict and so graded "not equal": a rule that raised ('rule'), sympy raising in
+# the worker ('sympy'), the worker past its deadline or dead ('timeout'). A bug would otherwise pass for a wrong
+# answer; train_rl.py and evaluate.py report these counts, and the tests require zero on the labelled pairs.
+ERRORS = collections.Counter()
 
 
 def is_equivalent(pred, ref, rel_tol=REL_TOL, timeout=TIMEOUT):
@@ -761,6 +896,7 @@ def is_equivalent(pred, ref, rel_tol=REL_TOL, timeout=TIMEOUT):
             return pred.strip() == ref.strip()
         return _equiv(normalize_answer(pred), normalize_answer(ref), rel_tol, time.monotonic() + timeout)
     except Exception:  # a rule tripping on odd input grades it wrong instead of crashing a training run
+        ERRORS['rule'] += 1
         return False
 
 

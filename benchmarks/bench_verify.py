@@ -3,7 +3,8 @@ Grading throughput of verify.py on the MATH-500 references. Each reference is pa
 answer (restyled the way a model might write it: \\dfrac, spaces, \\left( \\right), `x =`, 42.0) and a
 perturbed one (the first number plus one), boxed at the end of a ~1 KB response. Prints grades/s for
 plain-number answers (which never reach sympy) and for all answers, pinned to one core, and, when
-math_verify is importable, its rate and our agreement with it on the same pairs.
+math_verify is importable, its rate and our agreement with it on the same pairs. Last, the forms of
+issue #16 (exact near misses, trig in degrees, repeating decimals, the empty set, scaled matrices).
 
     python benchmarks/bench_verify.py [--cpu 0] [--repeat 3]
 """
@@ -42,6 +43,17 @@ def perturb(ans):
         return f'-({ans})'
     d = m[0]
     return ans[:m.start()] + str(int(d) + 1).zfill(len(d)) + ans[m.end():]
+
+
+ISSUE_16 = [  # (answer, reference, equal)
+    ('10^{20}+1', '10^{20}', False), ('1+10^{-20}', '1', False), ('\\frac{10^{30}+1}{10^{30}}', '1', False),
+    ('\\sqrt{' * 70 + '2' + '}' * 70, '1', False), ('(10^{20}+1)-10^{20}', '1', True),
+    ('\\sin 30^\\circ', '\\frac12', True), ('\\tan 60^\\circ', '\\sqrt3', True), ('\\sin 30', '\\frac12', False),
+    ('0.\\overline{3}', '\\frac13', True), ('0.1\\overline{6}', '\\frac16', True), ('0.\\overline{3}', '0.3', False),
+    ('\\varnothing', '\\emptyset', True), ('\\{\\}', '\\emptyset', True),
+    ('-\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}', '\\begin{pmatrix}-1&0\\\\0&-1\\end{pmatrix}', True),
+    ('2\\begin{pmatrix}1\\\\3\\end{pmatrix}', '\\begin{pmatrix}2\\\\6\\end{pmatrix}', True),
+]
 
 
 def make_pairs():
@@ -125,6 +137,8 @@ def main():
     for p, v in zip(pairs, mine):
         if v != p[2]:
             print(f'  mislabelled by us: ref {p[1]!r}  answer {verify.extract_answer(p[0])!r}  -> {v}')
+    issue = [(f'{FILLER}So the answer is $\\boxed{{{a}}}$.', ref, equal, False) for a, ref, equal in ISSUE_16]
+    report('verify.grade, issue #16 forms', issue, *rate(ours, issue, args.repeat))
     try:
         import math_verify  # noqa: F401
     except ImportError:

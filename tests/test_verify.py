@@ -89,6 +89,32 @@ EQUIVALENT = [
     # equations
     ('y=3+2x', 'y = 2x + 3'), ('2x - y + 3 = 0', 'y = 2x + 3'), ('2y = 4x + 6', 'y = 2x + 3'),
     ('-5x + 7y - 11z - 4 = 0', '5x - 7y + 11z + 4 = 0'), ('2x+y=0', 'y = -2x'), ('2x+3', 'y = 2x + 3'),
+    # exact values are equal when exactly equal (sympy proves it; no tolerance is involved)
+    ('10^{20}+1', '100000000000000000001'), ('\\frac{10^{30}+1}{10^{30}}', '1+10^{-30}'),
+    ('\\sqrt{2}+\\sqrt{3}', '\\sqrt{5+2\\sqrt6}'), ('\\sqrt{7+4\\sqrt3}', '2+\\sqrt3'),
+    ('\\sqrt[3]{2+\\sqrt5} + \\sqrt[3]{2-\\sqrt5}', '1'), ('\\frac{1}{\\sqrt2 - 1}', '\\sqrt2 + 1'),
+    ('\\sqrt{x^2+2x+1}', 'x+1'), ('\\frac{x^3-1}{x-1}', 'x^2+x+1'), ('\\cos^2 x - \\sin^2 x', '\\cos 2x'),
+    # trig functions of standard angles: a degree mark in the argument means pi/180
+    ('\\sin 30^\\circ', '\\frac12'), ('\\cos 60^\\circ', '\\frac{1}{2}'), ('\\tan 45^\\circ', '1'),
+    ('\\tan 60^\\circ', '\\sqrt3'), ('\\sin\\frac{\\pi}{4}', '\\frac{\\sqrt2}{2}'), ('\\sin 30\u00b0', '\\frac12'),
+    ('\\cos(60^{\\circ})', '0.5'), ('\\frac{\\sqrt3}{2}', '\\cos 30^\\circ'), ('\\tan 15^\\circ', '2-\\sqrt3'),
+    ('\\sin^2 45^\\circ', '\\frac12'), ('\\sec 60^\\circ', '2'), ('\\sin 18^\\circ', '\\frac{\\sqrt5-1}{4}'),
+    ('\\sin 30\\degree', '\\sin\\frac{\\pi}{6}'), ('\\cos 20^\\circ', '\\sin 70^\\circ'),
+    ('(\\sin 30^\\circ, 30^\\circ)', '(\\frac12, 30)'),
+    # repeating decimals are exact fractions
+    ('0.\\overline{3}', '\\frac13'), ('4.\\overline{6}', '\\frac{14}{3}'), ('0.\\overline{142857}', '\\frac17'),
+    ('0.1\\overline{6}', '\\frac16'), ('-0.\\overline{81}', '-\\frac{9}{11}'), ('0.\\overline{9}', '1'),
+    ('1.2\\overline{34}', '\\frac{611}{495}'), ('0.\\overline{33}', '0.\\overline{3}'), ('.\\overline3', '\\frac13'),
+    # the empty set
+    ('\\varnothing', '\\emptyset'), ('\\{\\}', '\\emptyset'), ('\\left\\{ \\right\\}', '\\varnothing'),
+    ('\\emptyset', '\\{ \\}'),
+    # a scalar times a matrix or vector
+    ('-\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}', '\\begin{pmatrix}-1&0\\\\0&-1\\end{pmatrix}'),
+    ('2\\begin{pmatrix}1\\\\3\\end{pmatrix}', '\\begin{pmatrix}2\\\\6\\end{pmatrix}'),
+    ('\\frac{1}{2}\\begin{pmatrix}1\\\\3\\end{pmatrix}', '(\\frac12, \\frac32)'),
+    ('3\\cdot\\begin{pmatrix}x\\\\1\\end{pmatrix}', '\\begin{pmatrix}3x\\\\3\\end{pmatrix}'),
+    ('\\sqrt2\\begin{pmatrix}1\\\\1\\end{pmatrix}', '\\begin{pmatrix}\\sqrt2\\\\\\sqrt2\\end{pmatrix}'),
+    ('\\begin{pmatrix}-2\\\\-6\\end{pmatrix}', '-2\\begin{bmatrix}1\\\\3\\end{bmatrix}'),
 ]
 
 NOT_EQUIVALENT = [
@@ -146,21 +172,61 @@ NOT_EQUIVALENT = [
     # equations
     ('y = 2x - 3', 'y = 2x + 3'), ('y = 3x + 2', 'y = 2x + 3'), ('x = 2y + 3', 'y = 2x + 3'),
     ('5x - 7y + 11z - 4 = 0', '5x - 7y + 11z + 4 = 0'), ('y=2x', 'y = -2x'), ('2x+3=0', 'y = 2x + 3'),
+    # exact values that floats (or 50 digits) cannot tell apart: exact means exact
+    ('10^{20}+1', '10^{20}'), ('1+10^{-20}', '1'), ('\\frac{10^{30}+1}{10^{30}}', '1'),
+    ('\\sqrt{' * 70 + '2' + '}' * 70, '1'),  # 2^(2^-70): 1 + 6e-22, 1.0 in float64
+    ('2^{2^{-70}}', '1'), ('1-10^{-30}', '1'), ('x+10^{-30}', 'x'), ('1+x^{999}', '1'),
+    ('y = 2x+3', 'y = 2x+3+10^{-30}'), ('\\frac{1}{3}', '\\frac{333333333333}{1000000000000}'),
+    # trig: without the degree mark the argument is in radians
+    ('\\sin 30', '\\frac12'), ('\\sin 30^\\circ', '\\sin 30'), ('\\cos 60', '\\frac12'), ('\\tan 45', '1'),
+    ('\\sin 30^\\circ', '\\frac{\\sqrt3}{2}'), ('\\tan 60^\\circ', '\\sqrt2'), ('\\sin\\frac{\\pi}{4}', '\\frac12'),
+    ('\\cos 30^\\circ', '30'), ('\\sin 31^\\circ', '\\frac12'),
+    # repeating decimals: the bar matters
+    ('0.\\overline{3}', '0.3'), ('0.3', '0.\\overline{3}'), ('0.\\overline{3}', '0.333'),
+    ('0.1\\overline{6}', '0.\\overline{16}'), ('4.\\overline{6}', '4.6'), ('0.\\overline{14}', '\\frac17'),
+    ('0.\\overline{3}', '\\frac{3}{10}'), ('0.\\overline{6}', '\\frac13'),
+    # the empty set is not zero, the whole line, or a set with an element
+    ('\\emptyset', '\\{0\\}'), ('\\varnothing', '0'), ('\\{\\}', '(-\\infty,\\infty)'),
+    # a scalar times a matrix: every cell is scaled
+    ('2\\begin{pmatrix}1\\\\3\\end{pmatrix}', '\\begin{pmatrix}2\\\\3\\end{pmatrix}'),
+    ('-\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}', '\\begin{pmatrix}-1&0\\\\0&1\\end{pmatrix}'),
+    ('3\\begin{pmatrix}1\\\\3\\end{pmatrix}', '(2,6)'),
+    ('2\\begin{pmatrix}1\\\\3\\end{pmatrix}', '\\begin{pmatrix}1\\\\3\\end{pmatrix}'),
+    ('x\\begin{pmatrix}1\\\\1\\end{pmatrix}', '\\begin{pmatrix}1\\\\1\\end{pmatrix}'),
 ]
 
 
 @pytest.mark.parametrize('pred,ref', EQUIVALENT)
 def test_equivalent(pred, ref):
+    errors = sum(verify.ERRORS.values())
     assert is_equivalent(pred, ref)
+    assert sum(verify.ERRORS.values()) == errors  # decided by a rule, not by an error taken for a verdict
 
 
 @pytest.mark.parametrize('pred,ref', NOT_EQUIVALENT)
 def test_not_equivalent(pred, ref):
+    errors = sum(verify.ERRORS.values())
     assert not is_equivalent(pred, ref)
+    assert sum(verify.ERRORS.values()) == errors, dict(verify.ERRORS)  # "not equal" because it is not, not a crash
 
 
-def test_table_size():
+def test_labelled_tables_are_consistent():
     assert len(EQUIVALENT) >= 100 and len(NOT_EQUIVALENT) >= 100
+    assert not set(EQUIVALENT) & set(NOT_EQUIVALENT)  # no pair labelled both ways
+    assert not {(r, p) for p, r in EQUIVALENT} & set(NOT_EQUIVALENT)  # equality is symmetric
+
+
+def test_internal_errors_grade_wrong_and_are_counted(monkeypatch):
+    before = dict(verify.ERRORS)
+
+    def broken(*args):
+        raise KeyError('a bug in a rule')
+    monkeypatch.setattr(verify, '_equiv', broken)
+    assert is_equivalent('1', '1') is False and verify.ERRORS['rule'] == before.get('rule', 0) + 1
+    monkeypatch.undo()
+    sympy_errors = verify.ERRORS['sympy']
+    assert verify._ask_worker(['expr', 'no such', 'node', 1e-4], time.monotonic() + 30) is False  # raises in sympy
+    assert verify.ERRORS['sympy'] == sympy_errors + 1
 
 # -----------------------------------------------------------------------------
 # the data sets' own references
@@ -181,6 +247,35 @@ def test_dollar_wrapped_and_decimal_references():
     assert is_equivalent('\\frac{1}{2}', '$\\frac{1}{2}$') and is_equivalent('69, 84', '$69$,$84$')
     assert is_equivalent('4.5001e33', '4.5e33') and not is_equivalent('4.6e33', '4.5e33')
     assert is_equivalent('0.334', '0.33', rel_tol=0.02) and not is_equivalent('0.334', '0.33')
+
+
+def test_tolerance_only_for_decimals():
+    """rel_tol is for an answer written as a decimal, which may be rounded; exact values never get it."""
+    assert is_equivalent('0.33333', '\\frac13') and not is_equivalent('0.333', '\\frac13')
+    assert is_equivalent('0.333', '\\frac13', rel_tol=2e-3)  # the decimal earns the stated tolerance
+    assert not is_equivalent('\\frac{333}{1000}', '\\frac13', rel_tol=2e-3)  # an exact fraction does not
+    assert is_equivalent('0.142857', '0.\\overline{142857}')  # 1/7 correctly rounded
+    assert is_equivalent('1.0', '1+10^{-20}') and is_equivalent('3.14159', '\\pi+10^{-30}')
+    for pred, ref in [('10^{20}+1', '10^{20}'), ('1+10^{-20}', '1'), ('\\frac{10^{30}+1}{10^{30}}', '1'),
+                      ('x+10^{-30}', 'x'), ('\\sqrt2', '\\frac{99}{70}'), ('\\frac{1}{3}', '\\frac{333}{1000}'),
+                      ('0.\\overline{3}', '\\frac{333}{1000}'), ('\\sin 30^\\circ', '\\frac{499}{1000}')]:
+        assert not is_equivalent(pred, ref, rel_tol=0.5), (pred, ref)
+
+
+def test_grade_applies_the_exact_rule():
+    """The rules hold through grade, reward and the batch forms on whole boxed responses."""
+    filler = 'We expand, simplify and check each case carefully. ' * 20
+    wrong = [('10^{20}+1', '10^{20}'), ('1+10^{-20}', '1'), ('\\frac{10^{30}+1}{10^{30}}', '1'),
+             ('2^{2^{-70}}', '1'), ('\\sin 30', '\\frac12'), ('0.3', '0.\\overline{3}')]
+    right = [('(10^{20}+1)-10^{20}', '1'), ('0.\\overline{3}', '\\frac13'), ('\\sin 30^\\circ', '\\frac12'),
+             ('\\tan 60^\\circ', '\\sqrt{3}'), ('\\varnothing', '\\emptyset'), ('0.33333', '\\frac13'),
+             ('-\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}', '\\begin{pmatrix}-1&0\\\\0&-1\\end{pmatrix}')]
+    pairs = [(f'{filler}So the answer is $\\boxed{{{x}}}$.', ref) for x, ref in wrong + right]
+    want = [False] * len(wrong) + [True] * len(right)
+    assert [grade(x, ref) for x, ref in pairs] == want
+    assert [reward(x, ref) for x, ref in pairs] == [float(w) for w in want]
+    responses, refs = zip(*pairs)
+    assert grade_batch(responses, refs) == want
 
 # -----------------------------------------------------------------------------
 # extraction, rewards, batch
@@ -227,9 +322,11 @@ def test_batch_matches_single():
 
 def test_plain_numbers_never_start_the_worker():
     verify._stop_worker()
-    responses = [f'\\boxed{{{x}}}' for x in ('3', '0.5', '\\frac{3}{4}', '-7', '1,000', '2.5e3', '30^\\circ')]
-    refs = ['3', '\\frac12', '0.75', '7', '1000', '2500', '30']
-    assert grade_batch(responses, refs) == [True, True, True, False, True, True, True]
+    answers = ('3', '0.5', '\\frac{3}{4}', '-7', '1,000', '2.5e3', '30^\\circ', '0.\\overline{6}', '0.3',
+               '\\varnothing', '-2\\begin{pmatrix}1\\\\3\\end{pmatrix}')
+    responses = [f'\\boxed{{{x}}}' for x in answers]
+    refs = ['3', '\\frac12', '0.75', '7', '1000', '2500', '30', '\\frac23', '0.\\overline{3}', '\\{\\}', '(-2,-6)']
+    assert grade_batch(responses, refs) == [True, True, True, False, True, True, True, True, False, True, True]
     assert verify._worker is None
 
 
@@ -262,6 +359,12 @@ def adversarial(tmp):
         '\\boxed{' + '{' * 10_000, '\\boxed{1}}}}}}', '}}}{{{\\boxed{', '\\boxed{\\frac{1}{2}',
         '\\boxed{1\x002}', '\x00' * 1000 + '\\boxed{\x00}', '\\boxed{\ud800}', 'abc\udfff\\boxed{5\ud800}',
         '\\boxed{\\text{\ud83d}}', b'\\boxed{5}', None, 12345,
+        '\\boxed{0.\\overline{' + '9' * 5000 + '}}', '\\boxed{0.\\overline{' + '7' * 400 + '}}',
+        '\\boxed{' + '0.\\overline{3}' * 60 + '}', '\\boxed{\\sin 10^{9999}^\\circ}', '\\boxed{\\tan 90^\\circ}',
+        '\\boxed{' + '\\sin 1^\\circ' * 150 + '}', '\\boxed{\\sin(' + '30^\\circ' * 150 + ')}',
+        '\\boxed{10^{10^{10}}\\begin{pmatrix}1\\\\2\\end{pmatrix}}',
+        '\\boxed{2\\begin{pmatrix}' + '1\\\\' * 400 + '\\end{pmatrix}}',
+        '\\boxed{\\begin{pmatrix}1\\end{pmatrix}' * 60 + '}',
     ]
 
 
@@ -273,16 +376,31 @@ def warm_worker():
 @pytest.mark.parametrize('i', range(len(adversarial('/tmp'))))
 def test_adversarial(i, tmp_path, warm_worker):
     response = adversarial(tmp_path)[i]
-    pwned_before = MARKER.exists()
+    pwned_before = MARKER.stat().st_mtime_ns if MARKER.exists() else None  # touching it would change this
     for ref in ('5', '0', 'x', '10^{1000000}'):
         is_equivalent('x+1', '1+x')  # make sure a restarted worker is up before timing
         start = time.monotonic()
         value = reward(response, ref, timeout=LIMIT)
         assert time.monotonic() - start < LIMIT + 0.5
-        assert value in (1.0, 0.0, -0.2)
+        # none of these is a disguised right answer: only a box holding the reference itself is right
+        boxed = extract_answer(response)
+        assert value == (-0.2 if boxed is None else 1.0 if boxed.strip() == ref else 0.0), (ref, value)
     assert grade_batch([response], ['5'], timeout=LIMIT) == [grade(response, '5', timeout=LIMIT)]
     assert not (tmp_path / 'pwned').exists()
-    assert MARKER.exists() == pwned_before
+    assert (MARKER.stat().st_mtime_ns if MARKER.exists() else None) == pwned_before
+
+
+@pytest.mark.parametrize('pred,ref', [
+    ('\\sqrt{' * 70 + '2' + '}' * 70, '1'), ('2^{2^{-70}}', '1'),
+    ('(1+10^{-50})^{1000}', '1'), ('1+x^{999}', '1'), ('e^{\\pi\\sqrt{163}}', '262537412640768744'),
+    ('\\pi', '\\frac{245850922}{78256779}'), ('\\cos 1^\\circ', '\\cos 1^\\circ+10^{-40}'),
+])
+def test_exact_near_misses_are_fast(pred, ref, warm_worker):
+    """Exact values that agree to 20+ digits: rejected by an exact check, within the time limit."""
+    is_equivalent('x+1', '1+x')  # make sure a restarted worker is up before timing
+    start = time.monotonic()
+    assert not is_equivalent(pred, ref, timeout=LIMIT)
+    assert time.monotonic() - start < LIMIT + 0.5
 
 
 def test_stuck_worker_is_killed(tmp_path, monkeypatch):
@@ -307,3 +425,5 @@ def test_parser_whitelist():
     for s in ["__import__('os')", '\\input{x}', 'os.system', 'x.y', 'lambda', "'a'", '1;2', '-.', '\\eval{1}']:
         assert verify.parse_latex(s) is None, s
     assert verify.parse_latex('\\frac{1}{2}+3x^2\\sqrt[3]{y}-\\sin\\theta') is not None
+    assert verify.parse_latex('\\sin 30\\degree') == ('func', 'sin', ('mul', ('num', '30'), verify._DEGREE_NODE), None)
+    assert verify.normalize_answer('\\sin 30^\\circ + 30^\\circ, 45^\\circ') == '\\sin30\\degree+30\\degree,45'
