@@ -340,7 +340,7 @@ def _equiv(p, r, rel_tol, deadline, depth=0):
     """Equivalence of two normalized answers: rules 3-6 of the module docstring."""
     if p == r:
         return True
-    if not p or not r or depth > 4 or time.monotonic() > deadline:
+    if not p or not r or depth > 4 or check_clock() > deadline:
         return False
     if _WORD.fullmatch(p) and _WORD.fullmatch(r):
         return p.lower() == r.lower()
@@ -807,12 +807,14 @@ class _Worker:
             raise EOFError('sympy worker died')
         return line.strip()
 
-    def ask(self, msg, timeout):
+    def ask(self, msg, deadline):
         if not self.ready:
+            t0 = time.monotonic()
             self.ready = self.readline(STARTUP_TIMEOUT) == 'ready'
+            _STARTUP_SECONDS[0] += time.monotonic() - t0  # the import is nobody's check time
         self.proc.stdin.write(json.dumps(msg) + '\n')
         self.proc.stdin.flush()
-        answer = self.readline(timeout)
+        answer = self.readline(deadline - check_clock())
         if answer == 'e':
             ERRORS['sympy'] += 1
         return answer == '1'
@@ -827,16 +829,25 @@ class _Worker:
                 pass
 
 
+_STARTUP_SECONDS = [0.0]  # time spent waiting for workers to import sympy, in this process
+
+
+def check_clock():
+    """Seconds that count against a check's time limit: wall time less the workers' start-ups, so the first
+    check after a (re)start is not cut short by the sympy import (~2 s) it had to wait for."""
+    return time.monotonic() - _STARTUP_SECONDS[0]
+
+
 def _ask_worker(msg, deadline):
     """Send one comparison to the worker; False when it runs past the deadline or dies."""
     global _worker
-    if deadline <= time.monotonic():
+    if deadline <= check_clock():
         return False  # out of time already: do not kill a healthy worker over it
     with _worker_lock:
         if _worker is None or _worker.owner != os.getpid() or _worker.proc.poll() is not None:
             _worker = _Worker()  # first use, or a forked child must not share its parent's pipes
         try:
-            return _worker.ask(msg, deadline - time.monotonic())
+            return _worker.ask(msg, deadline)
         except (OSError, ValueError, TimeoutError, EOFError):
             ERRORS['timeout'] += 1
             _worker.kill()
@@ -894,7 +905,7 @@ def is_equivalent(pred, ref, rel_tol=REL_TOL, timeout=TIMEOUT):
             return False
         if len(pred) > MAX_CHARS or len(ref) > MAX_CHARS:
             return pred.strip() == ref.strip()
-        return _equiv(normalize_answer(pred), normalize_answer(ref), rel_tol, time.monotonic() + timeout)
+        return _equiv(normalize_answer(pred), normalize_answer(ref), rel_tol, check_clock() + timeout)
     except Exception:  # a rule tripping on odd input grades it wrong instead of crashing a training run
         ERRORS['rule'] += 1
         return False

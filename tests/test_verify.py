@@ -68,7 +68,8 @@ EQUIVALENT = [
     ('-2,1', '1,-2'), ('7, 5, 3', '3, 5, 7'), ('\\{1,2\\}', '2,1'), ('x=1, x=-2', '-2, 1'),
     ('1+\\sqrt{19}, 1-\\sqrt{19}', '1 \\pm \\sqrt{19}'), ('1 \\pm \\sqrt{19}', '1-\\sqrt{19},1+\\sqrt{19}'),
     ('-2, 1+\\sqrt5, 1-\\sqrt5', '\\{1\\pm\\sqrt{5},-2\\}'), ('3, -3', '\\pm 3'),
-    ('3-2\\sqrt2, 3+2\\sqrt2', '3 \\pm 2 \\sqrt{2}'), ('1 \\text{ and } 2', '1, 2'),
+    ('3-2\\sqrt2, 3+2\\sqrt2', '3 \\pm 2 \\sqrt{2}'), ('1 \\text{ and } 2', '1, 2'), ('3, -1', '1 \\pm 2'),
+    ('-x+1', '1-x'), ('-\\sqrt{2}+3', '3-\\sqrt2'),
     # ordered tuples and points
     ('(3, \\frac{\\pi}{2})', '\\left( 3, \\frac{\\pi}{2} \\right)'),
     ('(1.5, -13)', '\\left( \\frac{3}{2}, -13 \\right)'),
@@ -332,6 +333,13 @@ def test_plain_numbers_never_start_the_worker():
 
 def test_import_does_not_start_the_worker():
     code = 'import verify, sys; sys.exit(verify._worker is not None)'
+    assert subprocess.run([sys.executable, '-c', code], cwd=ROOT).returncode == 0
+
+
+def test_the_first_check_is_not_cut_short_by_the_worker_start_up():
+    # two items that each need sympy, in a fresh process: the ~2 s import must not eat the check's 2 s limit
+    code = ("import verify, sys; ok = verify.is_equivalent('3, -1', '1 \\\\pm 2', timeout=1.0); "
+            "sys.exit(0 if ok and not verify.ERRORS else 1)")
     assert subprocess.run([sys.executable, '-c', code], cwd=ROOT).returncode == 0
 
 # -----------------------------------------------------------------------------
