@@ -273,11 +273,22 @@ class BandsConfig:
     dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                             choices=("float32", "bfloat16", "float16"))
     device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
+    grader: str = arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (tiny.check_steps)",
+                      choices=tiny.GRADERS)
 
 
 # The tiny world (--model tiny, or a model trained from it): a budget that fits its context, bands per level,
 # a held-out split that a few dozen problems can give.
 TINY_DEFAULTS = dict(max_new_tokens=tiny.MAX_NEW_TOKENS, group_by="level", heldout_per_group=10)
+# The tiny ladder (--dataset tiny_ladder_*): a budget that fits the top rung, its step-checking grader.
+LADDER_DEFAULTS = dict(max_new_tokens=tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
+
+
+def flag_defaults(first):
+    """The tiny world's defaults with its model, the ladder's with its data sets; flags given still win."""
+    out = dict(TINY_DEFAULTS) if M.is_tiny_world(first.model) else {}
+    out.update(LADDER_DEFAULTS if any(Path(d).stem.startswith("tiny_ladder") for d in first.dataset or ()) else {})
+    return out
 
 
 def check_config(cfg):
@@ -308,7 +319,7 @@ def run(cfg):
     t0 = time.time()
     records, evaluation = E.evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                                      cfg.k, cfg.temperature, cfg.top_p, cfg.seed, cfg.out, progress=True,
-                                     dataset="+".join(cfg.dataset), group_by=cfg.group_by)
+                                     dataset="+".join(cfg.dataset), group_by=cfg.group_by, grader=cfg.grader)
     rows = band_rows(records, cfg.group_by)
     pools = training_pools(problems, rows, heldout)
     write_pools(cfg.out, heldout, pools)
@@ -343,7 +354,7 @@ def main(argv=None):
         return args.k
     cfg = cli.parse_config(BandsConfig, argv, "Bands of a problem pool (module docstring); `bands.py compare A B` "
                            "tabulates two runs, `bands.py table -k G` prints P(mixed).",
-                           defaults=lambda first: TINY_DEFAULTS if M.is_tiny_world(first.model) else {})
+                           defaults=flag_defaults)
     print(f"bands: {cfg}", file=sys.stderr)
     summary = run(cfg)
     print(format_bands(summary, cfg.out))

@@ -28,7 +28,7 @@ def add_flags(parser, config_class):
     for f in fields(config_class):
         meta = dict(f.metadata)
         names = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", ())]
-        if f.type is bool:
+        if f.type is bool or bool in getattr(f.type, "__args__", ()):  # bool | None: None means "not given"
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=f.default, **meta)
             continue
         kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))

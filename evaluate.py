@@ -50,7 +50,9 @@ import cli
 from cli import arg
 
 # settings that change the numbers: a resumed run must match all of them
-PROTOCOL_KEYS = ("model", "dataset", "dtype", "template", "max_new_tokens", "samples", "temperature", "top_p", "seed")
+PROTOCOL_KEYS = ("model", "dataset", "dtype", "template", "max_new_tokens", "samples", "temperature", "top_p", "seed",
+                 "grader", "loop")
+OLD_PROTOCOL = {"grader": "answer", "loop": ""}  # what a settings.json written before a key existed meant
 
 # -----------------------------------------------------------------------------
 # Statistics
@@ -154,7 +156,8 @@ def open_run(out_dir, settings, problems):
     settings_path, records_path = out_dir / "settings.json", out_dir / "records.jsonl"
     if settings_path.is_file():
         old = json.loads(settings_path.read_text())
-        diff = [f"{k}: {old.get(k)!r} there, {settings[k]!r} now" for k in PROTOCOL_KEYS if old.get(k) != settings[k]]
+        diff = [f"{k}: {old.get(k)!r} there, {settings[k]!r} now" for k in PROTOCOL_KEYS
+                if old.get(k, OLD_PROTOCOL.get(k)) != settings[k]]
         if diff:
             raise ValueError(f"{out_dir}: holds an evaluation with another protocol ({'; '.join(diff)}); refusing "
                              f"to mix them. Use another --out, or delete {out_dir} to start over")
@@ -196,13 +199,18 @@ def write_json(path, obj):
 # Grading: samples -> records, with the checker the RL reward uses
 
 
-def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None):
+def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None, grader="answer"):
     """One record per problem from its samples (dicts with response, completion_tokens, finish_reason).
     `seconds` is the generation time per problem: its batch's time over the batch size. `group_by` names a
-    problem field copied into the record (source, subject and level always are)."""
+    problem field copied into the record (source, subject and level always are). `grader` 'steps' is the
+    tiny ladder's rule (tiny.check_steps: the worked lines must be the problem's chain)."""
     responses = [s["response"] for group in samples for s in group]
-    refs = [p["answer"] for p, group in zip(problems, samples) for _ in group]
-    correct, rewards = verify.grade_batch(responses, refs), verify.reward_batch(responses, refs)
+    rows = [p for p, group in zip(problems, samples) for _ in group]
+    refs = [p["answer"] for p in rows]
+    if grader == "steps":
+        correct, rewards = tiny.grade_steps_batch(responses, rows)
+    else:
+        correct, rewards = verify.grade_batch(responses, refs), verify.reward_batch(responses, refs)
     records, i = [], 0
     for p, n_prompt, group in zip(problems, prompt_tokens, samples):
         graded = []
@@ -234,7 +242,7 @@ def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None)
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
              temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None,
-             compile=False):
+             compile=False, grader="answer"):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
     With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}."""
@@ -251,8 +259,9 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     max_new_tokens=max_new_tokens, samples=samples, temperature=temperature, top_p=top_p,
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
-                    batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile)
-    t0 = time.time()
+                    batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile, grader=grader,
+                    loop=M.loop_spec(model.config))  # looped depth (model.py): '' for a plain model
+    t0, unverified = time.time(), sum(verify.ERRORS.values())
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
     new_tokens = 0
@@ -268,7 +277,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
         groups = [[dict(response=tokenizer.decode(c.tokens), completion_tokens=len(c.tokens),
                         finish_reason=c.finish_reason) for c in completions[j * samples:(j + 1) * samples]]
                   for j in range(len(batch))]
-        records = grade_records([p for _, p in batch], [len(x) for x in prompts], groups, seconds, group_by)
+        records = grade_records([p for _, p in batch], [len(x) for x in prompts], groups, seconds, group_by, grader)
         if out_dir:
             append_records(Path(out_dir) / "records.jsonl", records)
         finished.update((r["id"], r) for r in records)
@@ -281,6 +290,9 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                   f"{new_tokens / elapsed:.0f} tok/s, ETA {eta / 60:.1f} min ", end="", file=sys.stderr, flush=True)
     if progress and todo:
         print(file=sys.stderr)
+    if sum(verify.ERRORS.values()) > unverified:  # a grading bug must not pass silently as "wrong"
+        print(f"verify: {sum(verify.ERRORS.values()) - unverified} checks ended without a verdict and were graded "
+              f"wrong (totals so far: {dict(verify.ERRORS)})", file=sys.stderr)
     records = [finished[i] for i in ids]
     if group_by:  # records resumed from a run without group_by lack the field: the problem has it
         for r, p in zip(records, problems):
@@ -349,6 +361,7 @@ def summarize(records, settings, config=None, wall_time=None):
         truncation_rate=reasons.count("length") / len(reasons) if reasons else None,
         generation_seconds=seconds or None, tokens_per_s=sum(tokens) / seconds if seconds and tokens else None,
         wall_time_s=wall_time, inference_flops=inference_flops(config, records) if config and flat else None,
+        layer_passes=config.layer_passes if config else None,  # per token; more than the layers when looped
         settings=settings)
     return summary
 
@@ -358,7 +371,8 @@ def format_summary(s):
     lines = [f"model      {s['model']}", f"dataset    {s['dataset']} (n={s['n']}, hash {s['dataset_hash']})",
              f"selection  {s['selection']}",
              f"accuracy   {pct(s['accuracy'])}  95% CI [{pct(s['ci95'][0])}, {pct(s['ci95'][1])}] (Wilson), "
-             f"{s['correct']}/{s['n']} correct"]
+             f"{s['correct']}/{s['n']} correct"
+             + (" (grader steps: worked lines checked)" if s["settings"].get("grader") == "steps" else "")]
     if "pass_at_k" in s:
         lines.append("pass@k     " + ", ".join(f"{k} {pct(v)}" for k, v in s["pass_at_k"].items()))
     if "per_group" in s:
@@ -370,6 +384,8 @@ def format_summary(s):
                      f"(mean {s['completion_tokens_mean']:.1f}){truncated}")
     if s["tokens_per_s"]:
         flops = f", {s['inference_flops']:.3g} inference FLOPs" if s["inference_flops"] else ""
+        if s["settings"].get("loop"):
+            flops += f" ({s['layer_passes']} layer passes per token, --loop {s['settings']['loop']})"
         lines.append(f"speed      {s['tokens_per_s']:.1f} tok/s over {s['generation_seconds']:.1f} s of generation"
                      f"{flops}")
     return "\n".join(lines)
@@ -410,7 +426,8 @@ def count_tokens(tokenizer, text):
     return len(tokenizer.encode(text)) if tokenizer else None
 
 
-def grade_responses(path, problems, tokenizer=None, template="base", out_dir=None, dataset=None, group_by=None):
+def grade_responses(path, problems, tokenizer=None, template="base", out_dir=None, dataset=None, group_by=None,
+                    grader="answer"):
     """Records and summary for responses from another engine. Token counts come from the rows or else from
     `tokenizer`; finish reasons only from the rows. With out_dir, the files are (re)written there."""
     groups = read_responses(path, problems)
@@ -421,9 +438,10 @@ def grade_responses(path, problems, tokenizer=None, template="base", out_dir=Non
     settings = dict(mode="responses", responses=str(path), model=None,
                     dataset=dataset or "+".join(sorted({str(p.get("source")) for p in problems})),
                     dataset_hash=P.dataset_hash(problems), n_problems=len(problems), template=template,
-                    samples=len(samples[0]), tokenizer=str(tokenizer.path) if tokenizer else None, group_by=group_by)
+                    samples=len(samples[0]), tokenizer=str(tokenizer.path) if tokenizer else None, group_by=group_by,
+                    grader=grader)
     t0 = time.time()
-    records = grade_records(problems, prompt_tokens, samples, group_by=group_by)
+    records = grade_records(problems, prompt_tokens, samples, group_by=group_by, grader=grader)
     summary = summarize(records, settings, wall_time=time.time() - t0)
     if out_dir:
         out_dir = Path(out_dir)
@@ -501,10 +519,24 @@ class EvalConfig:
                                       "generating (--model then only supplies the tokenizer for token counts)")
     group_by: str | None = arg(None, "also report accuracy per value of this problem field (e.g. source); "
                                      "problems without the field count under '?'")
+    grader: str = arg("answer", "answer: verify.grade (the final answer); steps: the tiny ladder's rule, the worked "
+                                "lines must be the problem's chain too (tiny.check_steps)", choices=tiny.GRADERS)
+    loop: str = arg("", "looped depth START:END:N on a plain checkpoint: layers [START, END) run N times with shared "
+                        "weights and zero gates, so the logits stay the plain model's and only the compute grows "
+                        "(model.py; a looped checkpoint keeps its own loop)")
 
 
 # The tiny world (--model tiny, or a model trained from it): its test split, a budget that fits its context.
 TINY_DEFAULTS = dict(dataset="tiny_test", max_new_tokens=tiny.MAX_NEW_TOKENS, group_by="level")
+# The tiny ladder (--dataset tiny_ladder_val or _test): its budget fits the top rung, its grader checks the steps.
+LADDER_DEFAULTS = dict(max_new_tokens=tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
+
+
+def flag_defaults(first):
+    """The tiny world's defaults with its model, the ladder's with its data sets; flags given still win."""
+    out = dict(TINY_DEFAULTS) if M.is_tiny_world(first.model) else {}
+    out.update(LADDER_DEFAULTS if Path(first.dataset).stem.startswith("tiny_ladder") else {})
+    return out
 
 
 def check_config(cfg):
@@ -516,6 +548,7 @@ def check_config(cfg):
         raise ValueError(f"--temperature must be >= 0 and --top-p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
     if cfg.samples > 1 and cfg.temperature == 0 and not cfg.responses:
         raise ValueError(f"--samples {cfg.samples} needs --temperature > 0: greedy samples are all the same")
+    M.parse_loop(cfg.loop, None)  # the syntax before the model loads; add_loop checks the layer range
 
 
 def main(argv=None):
@@ -533,25 +566,27 @@ def main(argv=None):
         return result
     cfg = cli.parse_config(EvalConfig, argv, "Evaluate a model on a math data set (protocol: the module docstring). "
                            "`evaluate.py compare A B [--n-boot N --seed S]` compares two records files.",
-                           defaults=lambda first: TINY_DEFAULTS if M.is_tiny_world(first.model) else {})
+                           defaults=flag_defaults)
     check_config(cfg)
     problems = P.load_problems(cfg.dataset, cfg.limit)
     # runs/grpo/final -> grpo-final; Qwen/Qwen3-0.6B-Base -> Qwen3-0.6B-Base
     name = Path(cfg.responses).stem if cfg.responses else \
         "-".join(Path(cfg.model).parts[-2:]) if Path(cfg.model).is_dir() else Path(cfg.model).name
+    name += f"-loop{cfg.loop.replace(':', '-')}" if cfg.loop else ""
     out = Path(cfg.out or f"runs/eval/{name}-{Path(cfg.dataset).stem}")
     print(f"evaluate: {cfg}", file=sys.stderr)
     if cfg.responses:
         tokenizer = M.load_tokenizer(cfg.model)
         _, summary = grade_responses(cfg.responses, problems, tokenizer, cfg.template, out, cfg.dataset,
-                                     cfg.group_by)
+                                     cfg.group_by, cfg.grader)
     else:
         device = cfg.device or M.default_device()
         dtype = getattr(torch, cfg.dtype) if cfg.dtype else M.default_dtype(device)
         net, tokenizer = M.load_model(cfg.model, dtype=dtype, device=device), M.load_tokenizer(cfg.model)
+        M.add_loop(net, cfg.loop)
         _, summary = evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                               cfg.samples, cfg.temperature, cfg.top_p, cfg.seed, out, progress=True,
-                              dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile)
+                              dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile, grader=cfg.grader)
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}   summary: {out / 'summary.json'}")
     return summary

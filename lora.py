@@ -42,13 +42,16 @@ def add_lora(model, rank, alpha):
 
 
 def merged_state_dict(model):
-    """The model's weights with adapters folded in, under the plain (Hugging Face) names."""
-    state = {}
+    """The model's weights with adapters folded in, under the plain (Hugging Face) names. An adapter whose base is
+    not its own submodule (model.Loop's per-loop adapters, on weights other passes share) cannot fold in: it stays."""
+    state, kept = {}, []
     for name, module in model.named_modules():
-        if isinstance(module, LoRALinear):
+        if isinstance(module, LoRALinear) and "base" in module._modules:
             state[f"{name}.weight"] = module.merged_weight().detach()
+        elif isinstance(module, LoRALinear):
+            kept.append(name + ".")
     for name, tensor in model.state_dict().items():
-        if ".lora_" in name or ".base." in name:
+        if (".lora_" in name and not name.startswith(tuple(kept))) or ".base." in name:
             continue
         state[name] = tensor
     return state

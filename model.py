@@ -12,12 +12,17 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
 
+Looped depth (`add_loop`, `--loop START:END:N`) is an option of this one model: layers [START, END) run N times
+with shared weights behind zero-initialised gates, exactly the plain model at the start (docs/looped.md).
+
 For training speed and memory, RMSNorm, RoPE and the LM-head log-probs (`token_logprobs`) are
 autograd Functions with hand-written backward passes: fewer full-size ops and fewer saved activations
 than autograd through the formulas (benchmarks/bench_model.py; tests/test_model.py checks each against
 finite differences and the whole model against transformers).
 """
 
+import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -33,6 +38,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+import lora
+
 REPO_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B-Base"
 TINY_MODEL_DIR = REPO_DIR / "tiny_model"  # the embedded tiny world's checkpoint (`--model tiny`)
@@ -40,6 +47,10 @@ QWEN3_TOKENIZER = REPO_DIR / "data" / "qwen3-tokenizer" / "tokenizer.json"
 
 # -----------------------------------------------------------------------------
 # Config: field names are the Hugging Face config.json names.
+
+LOOPED_MODEL_TYPE, LOOPED_ARCHITECTURE = "looped_qwen3", "LoopedQwen3ForCausalLM"  # unknown to transformers
+LOOP_KEYS = ("loop_start", "loop_end", "loop_count", "loop_lora_rank", "loop_lora_alpha")
+LOOP_FILE = "loop.safetensors"  # a looped checkpoint's own tensors, beside model.safetensors
 
 
 @dataclass
@@ -58,12 +69,30 @@ class Qwen3Config:
     bos_token_id: int | None = 151643
     eos_token_id: int | None = 151643
     torch_dtype: str = "bfloat16"  # the dtype the weights are stored in
+    # looped depth (our own keys; a looped config.json says model_type "looped_qwen3"): layers
+    # [loop_start, loop_end) run loop_count times with shared weights; loop_count 1 is the plain model
+    loop_start: int = 0
+    loop_end: int = 0
+    loop_count: int = 1
+    loop_lora_rank: int = 0  # per-loop LoRA adapters on the looped layers' projections (0: none)
+    loop_lora_alpha: float = 16.0
+
+    @property
+    def layer_passes(self):
+        """Decoder-layer passes per token: every layer once, plus the looped ones loop_count - 1 more times."""
+        return self.num_hidden_layers + (self.loop_count - 1) * (self.loop_end - self.loop_start)
 
     @classmethod
     def from_dict(cls, d, source="config.json"):
         """Build from a config.json dict, in either the transformers 4 or the transformers 5 layout."""
         arch = d.get("architectures") or []
-        if d.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in arch:
+        looped = d.get("model_type") == LOOPED_MODEL_TYPE or LOOPED_ARCHITECTURE in arch
+        if looped and int(d.get("loop_count") or 1) < 2:
+            raise ValueError(f"{source}: model_type {LOOPED_MODEL_TYPE!r} without loop_count >= 2")
+        if not looped and (d.get("loop_count") or 1) != 1:
+            raise ValueError(f"{source}: loop_count={d['loop_count']} in a plain Qwen3 config.json (a looped "
+                             f"checkpoint says model_type {LOOPED_MODEL_TYPE!r})")
+        if not looped and d.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in arch:
             raise ValueError(f"{source}: unknown architecture (model_type={d.get('model_type')!r}, "
                              f"architectures={arch}); only dense Qwen3 (model_type 'qwen3') is implemented")
         rope = d.get("rope_parameters") or {}  # transformers 5 nests rope settings here
@@ -89,6 +118,9 @@ class Qwen3Config:
         if d.get("head_dim") is None:
             kwargs["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
         config = cls(**kwargs)
+        if looped:
+            check_loop(config.loop_start, config.loop_end, config.loop_count, config.num_hidden_layers,
+                       f"{source}: loop")
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError(f"{source}: num_attention_heads={config.num_attention_heads} is not a multiple "
                              f"of num_key_value_heads={config.num_key_value_heads}")
@@ -106,9 +138,16 @@ class Qwen3Config:
         return cls.from_dict(d, source=str(path))
 
     def to_hf_dict(self):
-        """config.json as the published Qwen3 files write it (transformers 4 layout, which 5 also reads)."""
+        """config.json as the published Qwen3 files write it (transformers 4 layout, which 5 also reads). A looped
+        config says model_type "looped_qwen3", which transformers does not know and so refuses to load
+        (export_plain writes the shared weights as a plain Qwen3 when that is what you want)."""
         d = asdict(self)
-        d.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
+        looped = self.loop_count > 1
+        if not looped:  # a plain checkpoint's config.json stays exactly the published one
+            for k in LOOP_KEYS:
+                d.pop(k)
+        d.update(architectures=[LOOPED_ARCHITECTURE if looped else "Qwen3ForCausalLM"],
+                 model_type=LOOPED_MODEL_TYPE if looped else "qwen3", hidden_act="silu",
                  attention_bias=False, attention_dropout=0.0, rope_scaling=None, use_sliding_window=False,
                  sliding_window=None, max_window_layers=self.num_hidden_layers, use_cache=True,
                  initializer_range=0.02)
@@ -120,7 +159,7 @@ class Qwen3Config:
 
 
 class KVCache:
-    """Keys and values of every layer for a batch of rows, preallocated to `max_len` slots.
+    """Keys and values of every layer pass for a batch of rows, preallocated to `max_len` slots.
 
     All rows share one write index (`length`); ragged prompts are left-padded, and `pad[b]` counts the
     padding slots of row b, so its token at slot s sits at position s - pad[b] and slots < pad[b] are
@@ -128,7 +167,8 @@ class KVCache:
     """
 
     def __init__(self, config, batch_size, max_len, device=None, dtype=torch.float32):
-        shape = (config.num_hidden_layers, batch_size, config.num_key_value_heads, max_len, config.head_dim)
+        # one row per layer pass: with looped depth every (layer, loop) pass keeps its own keys and values
+        shape = (config.layer_passes, batch_size, config.num_key_value_heads, max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.pad = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -325,6 +365,104 @@ class Backbone(nn.Module):  # named `model` inside Qwen3, as in the checkpoint k
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
+# -----------------------------------------------------------------------------
+# Looped depth (`--loop START:END:N`): layers [S, E) run N times per token with shared weights, recurrent depth at
+# the same parameter count (Geiping et al. 2025, Huginn; McLeish et al. 2025; Bae et al. 2024). Loop 1 is the plain
+# model; loop k > 1 updates the residual stream by h <- h + a_k * D(h + s_k), where D(x) = R(x) - x is the
+# residual update of the looped layers R on their input, a_k a per-channel gate and s_k a loop embedding, both
+# zero at initialisation. So a looped model starts as exactly the pretrained one (0 * D = 0 and h + 0 = h in
+# floating point) and training opens the extra loops; published retrofits instead heal on billions of tokens.
+
+
+def check_loop(start, end, count, num_layers, name="--loop"):
+    """Refuse a loop that cannot run, naming the flag; num_layers None checks all but the model's range."""
+    spec = f"{name} {start}:{end}:{count}"
+    if end <= start:
+        raise ValueError(f"{spec}: END must be > START")
+    if start < 0:
+        raise ValueError(f"{spec}: START must be >= 0")
+    if num_layers is not None and end > num_layers:
+        raise ValueError(f"{spec}: the looped layers [START, END) must lie within the model's {num_layers} layers "
+                         f"(END <= {num_layers})")
+    if count < 1:
+        raise ValueError(f"{spec}: N must be >= 1 (1 is the plain model)")
+
+
+def parse_loop(spec, num_layers):
+    """A --loop value `START:END:N` -> (start, end, n), checked against the model's layer count (None: all but
+    that); '' -> None."""
+    if not spec:
+        return None
+    try:
+        start, end, count = (int(x) for x in str(spec).split(":"))
+    except ValueError:
+        raise ValueError(f"--loop {spec}: expected START:END:N (integers; layers [START, END) run N times), "
+                         f"e.g. 12:16:2") from None
+    check_loop(start, end, count, num_layers)
+    return start, end, count
+
+
+def loop_spec(config):
+    """`START:END:N` of a looped config, '' for a plain one."""
+    c = config
+    return f"{c.loop_start}:{c.loop_end}:{c.loop_count}" if c.loop_count > 1 else ""
+
+
+def adapted_view(block, rank, alpha):
+    """A Block that shares every module of `block` but runs each projection through its own LoRA adapter
+    (lora.LoRALinear on the shared Linear); returns (view, adapters). The view is registered nowhere and the
+    adapters do not register their base, so the shared weights appear once in parameters() and state_dict()."""
+    view = copy.copy(block)
+    view._modules = dict(block._modules)
+    adapters = nn.ModuleDict()
+    for part in ("self_attn", "mlp"):
+        sub = copy.copy(block._modules[part])
+        sub._modules = dict(sub._modules)
+        for name in lora.TARGETS:
+            if name in sub._modules:
+                base = sub._modules[name]
+                adapter = lora.LoRALinear(base, rank, alpha)  # B = 0: the adapted pass starts as the shared one
+                del adapter._modules["base"]
+                adapter.__dict__["base"] = base  # shared with the other passes, not a submodule of the adapter
+                sub._modules[name] = adapters[f"{part}_{name}"] = adapter
+        view._modules[part] = sub
+    return view, adapters
+
+
+class Loop(nn.Module):
+    """The looped model's own parameters (named `loop.*`, saved in loop.safetensors): gate a_k and embedding s_k of
+    each extra loop, (N - 1, hidden), zero at initialisation; with loop_lora_rank, a LoRA adapter per extra loop on
+    each projection of the looped layers (Relaxed Recursive Transformers, Bae et al. 2024), off by default."""
+
+    def __init__(self, c, layers):
+        super().__init__()
+        extra = c.loop_count - 1
+        self.gate = nn.Parameter(torch.zeros(extra, c.hidden_size))
+        self.embed = nn.Parameter(torch.zeros(extra, c.hidden_size))
+        self.lora = nn.ModuleList()
+        self.views = []  # views[k - 1][i - loop_start]: layer i in loop k > 0, through that loop's adapters
+        for _ in range(extra if c.loop_lora_rank else 0):
+            pairs = [adapted_view(layers[i], c.loop_lora_rank, c.loop_lora_alpha)
+                     for i in range(c.loop_start, c.loop_end)]
+            self.views.append([view for view, _ in pairs])
+            self.lora.append(nn.ModuleList(adapters for _, adapters in pairs))
+
+
+def loop_parameters(config):
+    """The extra trainable parameters of looped depth: gates, embeddings and per-loop adapters (0 when plain)."""
+    c = config
+    if c.loop_count == 1:
+        return 0
+    return (c.loop_count - 1) * (2 * c.hidden_size + (c.loop_end - c.loop_start) * loop_lora_weights(c))
+
+
+def loop_lora_weights(config):
+    """Weights of one looped layer's per-loop adapters: rank x (in + out) for each of its 7 projections."""
+    c = config
+    q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    return c.loop_lora_rank * (7 * c.hidden_size + 2 * q + 2 * kv + 3 * c.intermediate_size)
+
+
 class Qwen3(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -333,6 +471,7 @@ class Qwen3(nn.Module):
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.loop = Loop(config, self.model.layers) if config.loop_count > 1 else None
         self.gradient_checkpointing = False  # recompute each block in backward to save activation memory
 
     def hidden_states(self, input_ids, cache=None):
@@ -345,14 +484,39 @@ class Qwen3(nn.Module):
             positions, mask = cache.positions(T), cache.attention_mask(T)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
-        for i, block in enumerate(self.model.layers):
-            if self.gradient_checkpointing and self.training and cache is None:
-                x = checkpoint(block, x, cos, sin, use_reentrant=False)
-            else:
-                x = block(x, cos, sin, cache, i, mask)
+        if self.loop is None:
+            x, _ = self.run_layers(self.model.layers, x, cos, sin, cache, mask, 0)
+        else:
+            x = self.looped_layers(x, cos, sin, cache, mask)
         if cache is not None:
             cache.length += T
         return self.model.norm(x)
+
+    def run_layers(self, blocks, x, cos, sin, cache, mask, slot):
+        """Run blocks in order, the first writing cache row `slot`; returns (x, the next free row)."""
+        for block in blocks:
+            if self.gradient_checkpointing and self.training and cache is None:
+                x = checkpoint(block, x, cos, sin, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, cache, slot, mask)
+            slot += 1
+        return x, slot
+
+    def looped_layers(self, x, cos, sin, cache, mask):
+        """Layers [0, S), then [S, E) N times, then [E, L); each pass its own cache row, in the order they run."""
+        c, layers, loop = self.config, self.model.layers, self.loop
+        x, slot = self.run_layers(layers[:c.loop_start], x, cos, sin, cache, mask, 0)
+        x, slot = self.run_layers(layers[c.loop_start:c.loop_end], x, cos, sin, cache, mask, slot)  # loop 1: plain
+        for k in range(1, c.loop_count):
+            blocks = loop.views[k - 1] if loop.views else layers[c.loop_start:c.loop_end]
+            h = x
+            x_in = h + loop.embed[k - 1]
+            x, slot = self.run_layers(blocks, x_in, cos, sin, cache, mask, slot)
+            # at a_k = 0 the gate's gradient is D(h + s_k), non-zero, but s_k's is a_k * (...) = 0: the loop
+            # embedding starts to move once its gate has
+            x = h + loop.gate[k - 1] * (x - x_in)
+        x, _ = self.run_layers(layers[c.loop_end:], x, cos, sin, cache, mask, slot)
+        return x
 
     def forward(self, input_ids, cache=None, last_only=False):
         """Logits (B, T, vocab), or (B, 1, vocab) for the last position only (what decoding needs)."""
@@ -363,6 +527,45 @@ class Qwen3(nn.Module):
         p = self.lm_head.weight
         dtype = torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
         return KVCache(self.config, batch_size, max_len, device=p.device, dtype=dtype)
+
+
+def add_loop(model, spec, lora_rank=0, lora_alpha=16.0):
+    """Make a plain Qwen3 looped, in place (`spec` is a --loop value START:END:N); returns the number of extra
+    trainable parameters. '' and N = 1 leave the plain model (and its code path). At initialisation the looped
+    model computes exactly the plain model's logits. A model that is already looped keeps its loop, which `spec`,
+    when given, must equal."""
+    c = model.config
+    parsed = parse_loop(spec, c.num_hidden_layers)
+    if c.loop_count > 1:  # a looped checkpoint
+        if parsed is not None and (parsed, lora_rank) != ((c.loop_start, c.loop_end, c.loop_count), c.loop_lora_rank):
+            raise ValueError(f"--loop {spec}: the model is already looped ({loop_spec(c)}, loop LoRA rank "
+                             f"{c.loop_lora_rank}); drop --loop or give its own loop")
+        return loop_parameters(c)
+    if parsed is None or parsed[2] == 1:
+        return 0
+    if lora_rank < 0:
+        raise ValueError(f"--loop-lora-rank must be >= 0, got {lora_rank}")
+    if any(isinstance(m, lora.LoRALinear) for m in model.modules()):
+        raise ValueError("--loop on a model with LoRA adapters is not supported: add the loop first")
+    start, end, count = parsed
+    model.config = dataclasses.replace(c, loop_start=start, loop_end=end, loop_count=count, loop_lora_rank=lora_rank,
+                                       loop_lora_alpha=lora_alpha)
+    p = model.lm_head.weight
+    with torch.device(p.device):
+        model.loop = Loop(model.config, model.model.layers).to(p.dtype)
+    return loop_parameters(model.config)
+
+
+def loop_metrics(model):
+    """What a run logs about looped depth: layer passes per token, the extra parameters, and per extra loop the
+    mean |gate| and the RMS of its embedding; {} for a plain model."""
+    loop = getattr(model, "loop", None)
+    if loop is None:
+        return {}
+    with torch.no_grad():
+        return dict(layer_passes=model.config.layer_passes, loop_parameters=loop_parameters(model.config),
+                    loop_gate_abs=[float(a.abs().mean()) for a in loop.gate.float()],
+                    loop_embed_rms=[float(s.square().mean().sqrt()) for s in loop.embed.float()])
 
 
 class TokenLogProbsFunction(torch.autograd.Function):
@@ -439,12 +642,12 @@ def token_logprobs(model, input_ids, chunk_size=256):
 
 
 def count_parameters(config, include_embedding=True):
-    """Parameter count from the config alone (the tied LM head is counted once)."""
+    """Parameter count from the config alone (the tied LM head is counted once; looped depth's extras included)."""
     c = config
     attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) + 2 * c.head_dim
     mlp = 3 * c.hidden_size * c.intermediate_size
     layer = attn + mlp + 2 * c.hidden_size
-    n = c.num_hidden_layers * layer + c.hidden_size
+    n = c.num_hidden_layers * layer + c.hidden_size + loop_parameters(c)
     embed = c.vocab_size * c.hidden_size
     if include_embedding:
         n += embed if c.tie_word_embeddings else 2 * embed
@@ -457,14 +660,18 @@ def flops_per_token(config, context_len, training=False):
     """Matmul FLOPs to process one token attending to `context_len` tokens (Kaplan et al. 2020, sec 2.1).
 
     Forward: 2 per weight of every matmul (the layers and the LM head, tied or not; the embedding lookup
-    and the norm gains are not matmuls) plus 2 x 2 x layers x heads x head_dim x context for QK^T and
-    attention x V. Training is ~3x forward (backward computes two matmuls per forward one).
+    and the norm gains are not matmuls) plus 2 x 2 x heads x head_dim x context for QK^T and attention x V,
+    both once per layer pass: with looped depth the looped layers count once per loop (config.layer_passes),
+    and their per-loop LoRA adapters (rank x (in + out) weights per projection) in every extra loop. The
+    loop's gates and embeddings are elementwise, not matmuls. Training is ~3x forward (backward computes two
+    matmuls per forward one).
     """
     c = config
     attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)  # q, k, v, o
     mlp = 3 * c.hidden_size * c.intermediate_size
-    matmul_weights = c.num_hidden_layers * (attn + mlp) + c.vocab_size * c.hidden_size  # + the LM head
-    fwd = 2 * matmul_weights + 4 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * context_len
+    adapters = (c.loop_count - 1) * (c.loop_end - c.loop_start) * loop_lora_weights(c) if c.loop_count > 1 else 0
+    matmul_weights = c.layer_passes * (attn + mlp) + adapters + c.vocab_size * c.hidden_size  # + the LM head
+    fwd = 2 * matmul_weights + 4 * c.layer_passes * c.num_attention_heads * c.head_dim * context_len
     return 3 * fwd if training else fwd
 
 
@@ -630,18 +837,18 @@ def resolve_model_dir(name_or_path, revision="main"):
 # Loading and saving checkpoints (safetensors only; never pickle)
 
 
-def _read_safetensors(model_dir):
-    """All tensors of a single-file or sharded checkpoint: {name: (tensor, file it came from)}."""
+def _read_safetensors(model_dir, files=None):
+    """All tensors of a single-file or sharded checkpoint (or of `files` in it): {name: (tensor, its file)}."""
     from safetensors import safe_open
     index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
+    if files is None and index.is_file():
         try:
             files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (json.JSONDecodeError, KeyError) as e:
             raise ValueError(f"{index}: not a valid safetensors index ({e})") from None
-    elif (model_dir / "model.safetensors").is_file():
+    elif files is None and (model_dir / "model.safetensors").is_file():
         files = ["model.safetensors"]
-    else:
+    elif files is None:
         raise FileNotFoundError(f"{model_dir}: no model.safetensors or model.safetensors.index.json "
                                 f"(pickled .bin checkpoints are not loaded, by design)")
     tensors = {}
@@ -677,6 +884,15 @@ def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
         model = Qwen3(config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     tensors = _read_safetensors(model_dir)
+    loop_file = model_dir / LOOP_FILE
+    if config.loop_count > 1 and not loop_file.is_file():
+        raise FileNotFoundError(f"{loop_file}: missing; config.json says this is a looped checkpoint "
+                                f"(--loop {loop_spec(config)}), whose gates and embeddings live there")
+    if config.loop_count == 1 and loop_file.is_file():
+        raise ValueError(f"{loop_file}: a looped checkpoint's tensors beside a plain Qwen3 config.json; "
+                         f"refusing to guess which model this is")
+    if loop_file.is_file():
+        tensors.update(_read_safetensors(model_dir, [LOOP_FILE]))
     state = {}
     for key, (t, path) in tensors.items():
         if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and config.tie_word_embeddings):
@@ -701,7 +917,9 @@ def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
 
 
 def save_model(model, path, tokenizer=None):
-    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename)."""
+    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename). A looped
+    model adds loop.safetensors (its gates, embeddings and adapters) and says model_type "looped_qwen3" in
+    config.json, so transformers refuses it rather than loading the shared weights as a plain model."""
     from safetensors.torch import save_file
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -710,7 +928,10 @@ def save_model(model, path, tokenizer=None):
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         if model.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)  # Hugging Face stores a tied head once, as the embedding
+        extra = {k: state.pop(k) for k in list(state) if k.startswith("loop.")}  # looped depth's own tensors
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if extra:
+            save_file(extra, str(tmp / LOOP_FILE), metadata={"format": "pt"})
         config = model.config.to_hf_dict()
         config["torch_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -724,6 +945,29 @@ def save_model(model, path, tokenizer=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def export_plain(model, path, tokenizer=None):
+    """Write a looped model's shared weights (a model, or a looped checkpoint's path) as a plain Qwen3 checkpoint
+    that transformers and vLLM load. This drops the extra loops and their parameters: the export computes the
+    looped model's logits only while every gate is zero (at initialisation); after training it is another model.
+    Returns (path, the largest |gate| dropped) and says so on stderr."""
+    if not isinstance(model, nn.Module):
+        if tokenizer is None and (resolve_model_dir(model) / "tokenizer.json").is_file():
+            tokenizer = load_tokenizer(model)
+        model = load_model(model, dtype=torch.float32, device="cpu")
+    c = model.config
+    with torch.device("meta"):
+        plain = Qwen3(dataclasses.replace(c, **{k: getattr(Qwen3Config, k) for k in LOOP_KEYS}))
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("loop.")}, assign=True)
+    if c.tie_word_embeddings:
+        plain.lm_head.weight = plain.model.embed_tokens.weight
+    gate = float(model.loop.gate.abs().max()) if model.loop is not None else 0.0
+    if model.loop is not None:
+        print(f"export_plain: wrote the shared weights of a --loop {loop_spec(c)} model as a plain Qwen3 to {path}; "
+              f"its extra loops are dropped (largest |gate| {gate:.3g}), so it computes the looped model's logits "
+              f"only if that is 0", file=sys.stderr)
+    return save_model(plain, path, tokenizer), gate
 
 
 def load_tokenizer(name_or_path=DEFAULT_MODEL):

@@ -28,6 +28,9 @@ DATASETS = {
     "tiny_train": "tiny_train.jsonl",  # the embedded tiny world (tiny.py)
     "tiny_val": "tiny_val.jsonl",
     "tiny_test": "tiny_test.jsonl",
+    "tiny_ladder_train": "tiny_ladder_train.jsonl",  # the tiny world's ladder: rungs of 2-6 operations
+    "tiny_ladder_val": "tiny_ladder_val.jsonl",
+    "tiny_ladder_test": "tiny_ladder_test.jsonl",
 }
 HELD_OUT = "math500"
 

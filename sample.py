@@ -32,10 +32,11 @@ class Completion:
 
 
 def kv_bytes_per_token(model):
+    """Keys and values of one cache slot: every layer pass has its own (a looped model's extra loops included)."""
     c, dtype = model.config, model.lm_head.weight.dtype
     if torch.is_autocast_enabled(model.lm_head.weight.device.type):
         dtype = torch.get_autocast_dtype(model.lm_head.weight.device.type)
-    return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype.itemsize
+    return 2 * c.layer_passes * c.num_key_value_heads * c.head_dim * dtype.itemsize
 
 
 def default_token_budget(model, cache_gib=4.0):

@@ -2,7 +2,7 @@
 The embedded tiny world: a synthetic arithmetic task, a character-level tokenizer and a ~0.8M-parameter
 Qwen3 pretrained on it, so the whole RLVR loop runs on a laptop CPU in minutes with no download.
 
-    python tiny.py               # rebuild data/tiny_{train,val,test}.jsonl and tiny_model/ from the seed
+    python tiny.py               # rebuild data/tiny_*.jsonl (the splits and the ladder) and tiny_model/ from the seed
     python tiny.py --data-only   # only the data files
 
 The task: 2-3 operations (+, -, *) over integers 1-99 (factors of * are 2-9), applied left to right, with
@@ -10,6 +10,18 @@ parentheses where precedence needs them, e.g. `(37 + 12) * 2 - 45`; every interm
 0..99; level = number of operations. The worked solution has one line per operation (`37 + 12 = 49`)
 and ends in `\\boxed{N}`. The prompt is `problems.format_prompt(problem, "base")`, the same template as
 the real task.
+
+The ladder (data/tiny_ladder_{train,val,test}.jsonl, `--dataset tiny_ladder_train`): the same generator at
+rungs of 2-6 operations (LADDER_LEVELS; level = operations), from its own random stream, the rungs taking
+turns row by row, texts disjoint from each other and from the three splits above. Pretraining shows only 2-3
+operations, so rungs 4-6 measure what RL adds. Guess-proofing: the ladder's grader is check_steps, which
+pays only for the problem's own chain (computed from the problem text, parsed, never evaluated) followed by
+its box, and it is the ladder's reward and validation rule (--grader steps). Chosen over a wider answer
+range because that would also change every step's arithmetic (pretraining on values up to 999 failed, see
+below), while answers in 0..99 under verify.grade alone pay a guess about 1 time in 100 per sample, and at
+rungs 4-6 every right answer of the committed checkpoint is such a guess (benchmarks/ladder.py reach).
+Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed checkpoint's
+exploration never finds a step-valid chain above rung 3 (docs/ladder.md says why).
 
 Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
 bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
@@ -42,7 +54,7 @@ import model as qwen
 from cli import arg, parse_config, run_main
 from problems import format_prompt
 from sample import generate
-from verify import grade
+from verify import extract_answer, grade
 
 # -----------------------------------------------------------------------------
 # The task: seeded expressions with a structured form (numbers, ops) and their rendered text
@@ -51,6 +63,10 @@ MAX_VALUE = 99  # every intermediate value stays in 0..99: each step is 1-2 digi
 LEVELS = (2, 3)  # number of operations
 MAX_NEW_TOKENS = 64  # the scripts' generation budget here (--model tiny): a 3-operation solution is ~50 tokens
 SPLIT_SIZES = {"test": 500, "val": 500, "train": 20000}  # generated in this order: test never moves
+LADDER_LEVELS = (2, 3, 4, 5, 6)  # the ladder's rungs: operations per problem, beyond what pretraining shows
+LADDER_MAX_NEW_TOKENS = 128  # a 6-operation solution is ~90 tokens; prompt + budget stay well inside 512
+LADDER_SIZES = {"test": 200, "val": 100, "train": 2000}  # problems per rung, generated in this order
+GRADERS = ("answer", "steps")  # verify.grade (the final answer), or check_steps (the worked lines too)
 
 
 def make_problem(rng, n_ops):
@@ -93,10 +109,67 @@ def make_splits(seed=0, sizes=None):
     return splits
 
 
+def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
+    """The ladder's splits {"ladder_" + name: rows}: sizes[name] problems per rung, the rungs taking turns (so
+    the first N rows, --num-problems N, are uniform over the rungs), texts distinct across the splits and
+    absent from `exclude` (the texts of make_splits). Its own random stream leaves make_splits' as it was."""
+    sizes = sizes or LADDER_SIZES
+    rng, seen, splits = random.Random(f"ladder-{seed}"), set(exclude), {}
+    for name, n in sizes.items():
+        rows = []
+        while len(rows) < n * len(levels):
+            level = levels[len(rows) % len(levels)]
+            p = make_problem(rng, level)
+            if p["problem"] not in seen:
+                seen.add(p["problem"])
+                rows.append(dict(id=f"tiny_ladder_{name}/{len(rows):05d}", source="tiny_ladder",
+                                 problem=p["problem"], answer=p["answer"], level=level, solution=p["solution"]))
+        splits["ladder_" + name] = rows
+    return splits
+
+
 def write_splits(splits, data_dir):
     for name, rows in splits.items():
         with open(Path(data_dir) / f"tiny_{name}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+# -----------------------------------------------------------------------------
+# The ladder's grader: a response counts only if its worked lines are the problem's own chain
+
+NUMBER_OR_OP = re.compile(r"\d+|(?<= )[+*-](?= )")  # operators stand between spaces in make_problem's text
+
+
+def chain(problem):
+    """(worked lines, final value) of a problem text, parsed (never evaluated) and computed left to right,
+    the order make_problem applies its operations in (its brackets only ever say so)."""
+    tokens = NUMBER_OR_OP.findall(problem)
+    if not re.fullmatch(r"[\d+*() -]+", problem) or len(tokens) < 3 or len(tokens) % 2 == 0:
+        raise ValueError(f"--grader steps grades the tiny world's expressions only, not {problem[:40]!r}")
+    value, lines = int(tokens[0]), []
+    for op, b in zip(tokens[1::2], tokens[2::2]):
+        new = value + int(b) if op == "+" else value - int(b) if op == "-" else value * int(b)
+        lines.append(f"{value} {op} {b} = {new}")
+        value = new
+    return lines, value
+
+
+def check_steps(response, problem, answer):
+    """True when the response is the problem's worked solution: its non-empty lines, spaces aside, are the
+    chain's lines in order and then \\boxed{answer}, and nothing else. A bare or lucky answer fails."""
+    lines, value = chain(problem)
+    want = [line.replace(" ", "") for line in lines] + [f"\\boxed{{{value}}}"]
+    got = ["".join(line.split()) for line in response.strip().splitlines() if line.strip()]
+    return got == want and str(value) == str(answer).strip()
+
+
+def grade_steps_batch(responses, problems, format_penalty=0.2):
+    """(correct, rewards) under the steps grader: 1.0 for the problem's worked solution, else 0.0, or
+    -format_penalty without a final boxed answer (as verify.reward)."""
+    correct = [check_steps(r, p["problem"], p["answer"]) for r, p in zip(responses, problems, strict=True)]
+    rewards = [1.0 if ok else -format_penalty if extract_answer(r) is None else 0.0
+               for ok, r in zip(correct, responses)]
+    return correct, rewards
 
 
 # -----------------------------------------------------------------------------
@@ -319,9 +392,10 @@ def main(argv=None):
 
     out, data_dir = qwen.REPO_DIR / cfg.out, qwen.REPO_DIR / cfg.data_dir  # absolute paths stay as given
     splits = make_splits(cfg.seed)
+    ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
     data_dir.mkdir(parents=True, exist_ok=True)
-    write_splits(splits, data_dir)
-    print(f"wrote {', '.join(f'tiny_{k}.jsonl ({len(v)})' for k, v in splits.items())} to {data_dir}")
+    write_splits({**splits, **ladder}, data_dir)
+    print(f"wrote {', '.join(f'tiny_{k}.jsonl ({len(v)})' for k, v in {**splits, **ladder}.items())} to {data_dir}")
     if cfg.data_only:
         return
 

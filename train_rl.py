@@ -19,6 +19,7 @@ Objectives (one small entry each in OBJECTIVES: an advantage function, a loss fu
 - cispo  (MiniMax-M1, 2025): REINFORCE on every token weighted by the clipped, stop-gradient ratio.
 - rloo   (Ahmadian et al. 2024): leave-one-out baseline, summed token log-probs.
 - reinforce_pp (Hu et al. 2025, REINFORCE++ with baseline): group mean removed, then batch-level std.
+- w_reinforce (Zhu et al. 2025, negative sample reinforcement): A = +lambda right, -1 wrong, token-level mean.
 KL (--kl-coef, off by default as in most RLVR work): estimator k1/k2/k3, as a loss term or in the reward; a
 frozen reference model exists only when it is used. --tis-cap corrects for sampler/trainer mismatch.
 With one epoch per batch rho = 1, clipping changes nothing, and the gradient is REINFORCE with a baseline.
@@ -66,7 +67,8 @@ class Config:
     test_dataset: str = arg("", "evaluated before and after training (never used for choices; '' skips)")
     template: str = arg("base", "prompt template: base, chat, chat_think")
     # the RL objective
-    objective: str = arg("drgrpo", "one of OBJECTIVES: grpo, drgrpo, dapo, gspo, cispo, rloo, reinforce_pp")
+    objective: str = arg("drgrpo", "one of OBJECTIVES: grpo, drgrpo, dapo, gspo, cispo, rloo, reinforce_pp, "
+                                   "w_reinforce")
     steps: int = arg(50, "optimizer updates (one batch of rollouts each)")
     problems_per_step: int = arg(1, "P: problems drawn per step")
     group_size: int = arg(8, "G: completions sampled per problem")
@@ -75,16 +77,22 @@ class Config:
     top_p: float = arg(1.0, "nucleus sampling for rollouts")
     compile: bool = arg(False, "torch.compile the sampler's decode step (for CUDA; slower on a CPU)")
     epochs_per_batch: int = arg(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)")
-    clip_low: float = arg(0.2, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high)")
-    clip_high: float = arg(0.2, "ratio clip range above 1 (DAPO's clip-higher: 0.28)")
+    clip_low: float | None = arg(None, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high) "
+                                       "(default: the objective's, else 0.2)")
+    clip_high: float | None = arg(None, "ratio clip range above 1 (default: the objective's, e.g. DAPO's "
+                                        "clip-higher 0.28, else 0.2)")
     kl_coef: float = arg(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)")
     kl_estimator: str = arg("k3", "KL estimator per token: k1, k2 or k3")
     kl_in: str = arg("loss", "where the KL goes: 'loss' (a penalty term) or 'reward' (subtracted from each reward)")
     tis_cap: float = arg(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)")
     format_penalty: float = arg(0.0, "reward subtracted when a response has no final \\boxed{} answer")
+    grader: str = arg("answer", "reward and validation rule: answer (verify.grade) or steps (the tiny ladder's "
+                                "tiny.check_steps: the worked lines must be the problem's chain too)")
     overlong_buffer: int = arg(0, "DAPO soft overlong penalty: last N tokens of the budget ramp the reward to -1 (0: off)")
-    dynamic_sampling: bool = arg(False, "DAPO: draw more problems until P groups have mixed correctness")
+    dynamic_sampling: bool | None = arg(None, "DAPO: draw more problems until P groups have mixed correctness "
+                                              "(default: the objective's, on for dapo)")
     max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step")
+    positive_weight: float = arg(0.1, "w_reinforce: lambda, the advantage of a right answer (a wrong one gets -1)")
     skip_zero_advantage: bool = arg(True, "leave rows with zero advantage (groups of equal rewards) out of the backward")
     # optimization
     lr: float = arg(1e-5, "peak learning rate of AdamW")
@@ -97,6 +105,11 @@ class Config:
     fsdp: bool = arg(False, "under torchrun: shard parameters, gradients and optimizer state over the ranks (FSDP2)")
     lora_rank: int = arg(0, "LoRA rank (0: full fine-tuning)")
     lora_alpha: float = arg(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
+    loop: str = arg("", "looped depth START:END:N: layers [START, END) run N times, weights shared, gates and loop "
+                        "embeddings zero so training starts from exactly --model (model.py; '': plain)")
+    loop_lr: float = arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr; a zero gate barely moves "
+                              "at an RL learning rate)")
+    loop_lora_rank: int = arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)")
     # run
     seed: int = arg(0, "seed for data order, sampling and initialization")
     device: str = arg("", "cuda or cpu (default: cuda when available)")
@@ -108,6 +121,16 @@ class Config:
     eval_group_by: str = arg("source", "also log validation accuracy per value of this problem field ('' skips)")
     samples_per_step: int = arg(2, "completions per step written to samples.jsonl")
 
+    def __post_init__(self):  # the objective's paper defaults fill the flags left unset, from Python as from the CLI
+        own = OBJECTIVES[self.objective].defaults if self.objective in OBJECTIVES else {}
+        for name, value in OBJECTIVE_FLAGS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, own.get(name, value))
+
+
+# Flags an objective may give its paper's value (Objective.defaults), and their value otherwise.
+OBJECTIVE_FLAGS = dict(clip_low=0.2, clip_high=0.2, dynamic_sampling=False)
+
 
 # The embedded tiny world has its own settings (tiny.py): used with --model tiny, or a model trained from it,
 # unless a flag overrides.
@@ -115,6 +138,10 @@ TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_datas
                      test_dataset="tiny_test", steps=60, problems_per_step=16, group_size=8,
                      max_new_tokens=tiny.MAX_NEW_TOKENS,
                      lr=1e-4, eval_every=20, save_every=20, eval_group_by="level")
+# The tiny ladder (--dataset tiny_ladder_train, tiny.py): its own validation and test rungs, a budget that fits
+# the top rung, and the step-checking grader as the reward.
+LADDER_DEFAULTS = dict(val_dataset="tiny_ladder_val", test_dataset="tiny_ladder_test", eval_group_by="level",
+                       max_new_tokens=tiny.LADDER_MAX_NEW_TOKENS, grader="steps")
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out", "fsdp", "compile"}
 KL_ESTIMATORS, KL_PLACES = ("k1", "k2", "k3"), ("loss", "reward")
@@ -217,24 +244,34 @@ def cispo_loss(b, cfg):
     return -(terms * b["mask"]).sum() / b["n_tokens"]
 
 
+def weighted_reinforce_advantages(correct, positive_weight):
+    """W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning",
+    sec. 5): A = +lambda for a right answer, -1 for a wrong one, no baseline; lambda = 0.1 in the paper puts
+    the weight on pushing mass away from wrong answers. Defined on correctness, not the shaped reward."""
+    return torch.where(correct, positive_weight, -1.0)
+
+
 @dataclass
 class Objective:
-    advantages: callable  # rewards (P, G) -> advantages (P, G)
+    # (rewards, correct, cfg) -> advantages, each (P, G): rewards are shaped (penalties, KL in the reward),
+    # correct is the verifier's verdict; an objective may use either
+    advantages: callable
     loss: callable  # (micro-batch dict, cfg) -> this micro-batch's share of the batch loss
-    defaults: dict = field(default_factory=dict)  # the paper's flag defaults, set by parse_args; flags win
+    defaults: dict = field(default_factory=dict)  # the paper's flag defaults (keys of OBJECTIVE_FLAGS); flags win
 
 
 OBJECTIVES = {
-    "grpo": Objective(lambda r: group_advantages(r, scale_by_std=True), grpo_loss),
-    "drgrpo": Objective(lambda r: group_advantages(r, scale_by_std=False), drgrpo_loss),
-    "dapo": Objective(lambda r: group_advantages(r, scale_by_std=True), token_mean_loss,
+    "grpo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), grpo_loss),
+    "drgrpo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=False), drgrpo_loss),
+    "dapo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), token_mean_loss,
                       dict(clip_high=0.28, dynamic_sampling=True)),  # DAPO sec. 3.1-3.2
-    "gspo": Objective(lambda r: group_advantages(r, scale_by_std=True), gspo_loss,
+    "gspo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), gspo_loss,
                       dict(clip_low=3e-4, clip_high=4e-4)),  # GSPO sec. 5.1: sequence ratios need a tiny range
-    "cispo": Objective(lambda r: group_advantages(r, scale_by_std=True), cispo_loss,
+    "cispo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), cispo_loss,
                        dict(clip_low=1.0, clip_high=0.2)),  # no lower bound on the weight, as MiniMax-M1
-    "rloo": Objective(leave_one_out_advantages, drgrpo_loss),  # REINFORCE on summed token log-probs
-    "reinforce_pp": Objective(batch_normalized_advantages, token_mean_loss),
+    "rloo": Objective(lambda r, c, cfg: leave_one_out_advantages(r), drgrpo_loss),  # REINFORCE, summed log-probs
+    "reinforce_pp": Objective(lambda r, c, cfg: batch_normalized_advantages(r), token_mean_loss),
+    "w_reinforce": Objective(lambda r, c, cfg: weighted_reinforce_advantages(c, cfg.positive_weight), token_mean_loss),
 }
 
 
@@ -310,8 +347,11 @@ def collect_rollouts(policy, tokenizer, batch, cfg, seeds):
 def score_rollouts(rollouts, cfg):
     """Grade each rollout and set its reward: correctness, minus the format and overlong penalties."""
     texts, refs = [r["text"] for r in rollouts], [r["problem"]["answer"] for r in rollouts]
-    correct = verify.grade_batch(texts, refs)
-    rewards = verify.reward_batch(texts, refs, format_penalty=cfg.format_penalty)
+    if cfg.grader == "steps":  # the tiny ladder's rule: a right answer without the problem's steps earns nothing
+        correct, rewards = tiny.grade_steps_batch(texts, [r["problem"] for r in rollouts], cfg.format_penalty)
+    else:
+        correct = verify.grade_batch(texts, refs)
+        rewards = verify.reward_batch(texts, refs, format_penalty=cfg.format_penalty)
     for r, c, w in zip(rollouts, correct, rewards):
         shaped = w + overlong_penalty(len(r["tokens"]), cfg.max_new_tokens, cfg.overlong_buffer)
         r.update(correct=bool(c), reward=float(shaped), boxed=verify.extract_answer(r["text"]) is not None)
@@ -589,6 +629,18 @@ def latest_checkpoint(run_dir):
     return run_dir / "checkpoints" / f"step_{max(steps)}" if steps else None
 
 
+def logged_totals(path, last_step):
+    """The running totals (generated tokens, training tokens, FLOPs) logged at last_step, so a resumed run
+    counts its compute from where the checkpoint was taken, not from zero."""
+    totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if "generated_tokens" in row and row["step"] <= last_step:
+                totals = {k: row[k] for k in totals}
+    return totals
+
+
 def truncate_jsonl(path, last_step):
     """Drop lines logged after the checkpoint we resume from (they will be redone)."""
     if path.exists():
@@ -623,7 +675,7 @@ def evaluate_accuracy(policy, tokenizer, problems, cfg):
     from evaluate import evaluate, summarize
     records, summary = evaluate(policy, tokenizer, D.rank_share(problems), cfg.eval_max_new_tokens or cfg.max_new_tokens,
                                 batch_size=64, template=cfg.template, group_by=cfg.eval_group_by or None,
-                                compile=cfg.compile)
+                                compile=cfg.compile, grader=cfg.grader)
     if D.world_size() > 1:
         summary = summarize(D.gather_lists(records), dict(group_by=cfg.eval_group_by or None))
     return summary["accuracy"], {str(k): v["accuracy"] for k, v in summary.get("per_group", {}).items()}
@@ -641,6 +693,8 @@ def check_config(cfg):
         raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
     if cfg.template not in P.TEMPLATES:
         raise ValueError(f"--template must be one of {', '.join(P.TEMPLATES)}, got {cfg.template!r}")
+    if cfg.grader not in tiny.GRADERS:
+        raise ValueError(f"--grader must be one of {', '.join(tiny.GRADERS)}, got {cfg.grader!r}")
     if cfg.kl_estimator not in KL_ESTIMATORS or cfg.kl_in not in KL_PLACES:
         raise ValueError(f"--kl-estimator must be one of {KL_ESTIMATORS} and --kl-in one of {KL_PLACES}, "
                          f"got {cfg.kl_estimator!r} and {cfg.kl_in!r}")
@@ -657,6 +711,11 @@ def check_config(cfg):
     if cfg.fsdp and cfg.lora_rank:
         raise ValueError("--fsdp with --lora-rank is not supported: the frozen base is replicated anyway; "
                          "run LoRA without --fsdp")
+    if cfg.loop and (cfg.lora_rank or cfg.fsdp):
+        raise ValueError("--loop with --lora-rank or --fsdp is not supported (--loop-lora-rank gives per-loop adapters)")
+    if (cfg.loop_lora_rank and not cfg.loop) or cfg.loop_lora_rank < 0 or cfg.loop_lr < 0:
+        raise ValueError(f"--loop-lora-rank {cfg.loop_lora_rank} needs --loop and must be >= 0; --loop-lr must be >= 0")
+    M.parse_loop(cfg.loop, None)  # the syntax now; the layer range once the model's config.json is read
 
 
 def train(cfg):
@@ -668,14 +727,15 @@ def train(cfg):
         saved = json.loads((run_dir / "config.json").read_text()) if (run_dir / "config.json").exists() else None
         if saved is None:
             raise FileNotFoundError(f"--resume: {run_dir}/config.json not found; nothing to resume")
-        diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
-                if k not in RESUMABLE and saved.get(k) != v}
+        names = {f.name for f in dataclasses.fields(Config)}  # a field newer than the run takes its default
+        saved = dataclasses.asdict(Config(**{k: v for k, v in saved.items() if k in names}))
+        diff = {k: (saved[k], v) for k, v in dataclasses.asdict(cfg).items() if k not in RESUMABLE and saved[k] != v}
         if diff:
             raise ValueError(f"--resume: settings differ from {run_dir}/config.json (saved, now): {diff}")
     elif (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     train_set, val_set, test_set = load_pools(cfg)  # bad data or a missing model fail before the run directory is written
-    M.resolve_model_dir(cfg.model)
+    M.parse_loop(cfg.loop, M.Qwen3Config.from_json(M.resolve_model_dir(cfg.model) / "config.json").num_hidden_layers)
     D.barrier()  # every rank has read the run directory before rank 0 writes to it
     if D.this_rank() == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -686,6 +746,7 @@ def train(cfg):
     torch.manual_seed(cfg.seed)
     tokenizer = M.load_tokenizer(cfg.model)
     policy = M.load_model(cfg.model, dtype=torch.float32, device=device)  # fp32 master weights
+    loop_extra = M.add_loop(policy, cfg.loop, cfg.loop_lora_rank)  # looped depth: still exactly --model here
     policy.gradient_checkpointing = cfg.grad_checkpointing
     reference = copy.deepcopy(policy).requires_grad_(False) if cfg.kl_coef else None
     ckpt = latest_checkpoint(run_dir) if cfg.resume else None
@@ -696,22 +757,32 @@ def train(cfg):
     if cfg.fsdp:  # whole weights are loaded first; the optimizer then holds the shards
         D.shard_model(policy)
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    loop_ids = {id(policy.loop.gate), id(policy.loop.embed)} if policy.loop is not None else set()
+    groups = [dict(params=[p for p in params if id(p) not in loop_ids], lr_scale=1.0)]
+    if loop_ids:  # the gates and embeddings at --loop-lr, without weight decay (it would pull the gates shut)
+        groups.append(dict(params=[p for p in params if id(p) in loop_ids], weight_decay=0.0,
+                           lr_scale=(cfg.loop_lr or cfg.lr) / cfg.lr if cfg.lr else 1.0))
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
     if ckpt is not None:
         start_step = load_trainer_state(ckpt, policy, optimizer)
         print(f"resumed from {ckpt} after step {start_step}")
     rollout_model = make_rollout_model(policy, device)
+    totals = logged_totals(run_dir / "metrics.jsonl", start_step)
+    D.barrier()  # every rank has read the totals before rank 0 truncates the log
     if D.this_rank() == 0:
         truncate_jsonl(run_dir / "metrics.jsonl", start_step)
         truncate_jsonl(run_dir / "samples.jsonl", start_step)
     print(f"training on {len(train_set)} problems ({cfg.dataset}), validation {len(val_set)}, "
           f"{count_params(policy)} trainable parameters, device {device}")
+    if loop_extra:
+        print(f"looped depth --loop {M.loop_spec(policy.config)}: {policy.config.layer_passes} layer passes per token instead of "
+              f"{policy.config.num_hidden_layers}, {loop_extra} extra trainable parameters (gates, loop embeddings"
+              f"{', per-loop LoRA' if cfg.loop_lora_rank else ''}) at lr {cfg.loop_lr or cfg.lr:g}")
 
     if test_set and start_step == 0:
         acc, _ = evaluate_accuracy(rollout_model, tokenizer, test_set, cfg)
         log_line(run_dir / "metrics.jsonl", dict(step=0, test_accuracy=acc))
         print(f"test accuracy before training ({cfg.test_dataset}): {acc:.3f}")
-    totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
     t_start, step = time.time(), start_step
     try:
         for step in range(start_step, cfg.steps):
@@ -755,9 +826,10 @@ def count_params(policy):
 def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set, cfg, step, device, run_dir, totals):
     """One step: problems -> rollouts -> rewards -> advantages -> update; returns the step's metrics."""
     for group in optimizer.param_groups:
-        group["lr"] = lr_at(step, cfg)
-    seconds = dict(sampling=0.0, verifying=0.0)
+        group["lr"] = lr_at(step, cfg) * group.get("lr_scale", 1.0)  # --loop-lr: the loop's group is scaled
+    seconds, unverified = dict(sampling=0.0, verifying=0.0), sum(verify.ERRORS.values())
     drawn, rollouts = draw_rollouts(rollout_model, tokenizer, train_set, cfg, step, seconds)  # rollouts: the batch
+    unverified = sum(D.gather_lists([sum(verify.ERRORS.values()) - unverified]))  # checks with no verdict, all ranks
     t2 = time.time()
     if reference is not None and cfg.kl_in == "reward":  # each rank scores its share; all get every result
         share = D.rank_share(rollouts)
@@ -765,7 +837,8 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
         for r, (kl, reward) in zip(rollouts, D.gather_lists([(s["kl"], s["reward"]) for s in share])):
             r.update(kl=kl, reward=reward)
     rewards = torch.tensor([r["reward"] for r in rollouts], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
-    advantages = OBJECTIVES[cfg.objective].advantages(rewards) if rollouts else rewards  # (P, G)
+    correct = torch.tensor([r["correct"] for r in rollouts], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
+    advantages = OBJECTIVES[cfg.objective].advantages(rewards, correct, cfg) if rollouts else rewards  # (P, G)
     for r, a in zip(rollouts, advantages.flatten().tolist()):
         r["advantage"] = a
     kl_in_loss = reference is not None and cfg.kl_in == "loss"  # then zero-advantage rows still carry KL gradient
@@ -801,7 +874,7 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
         **({"kl": stats["kl"]} if cfg.kl_coef else {}), loss=stats["loss"], grad_norm=stats["grad_norm"],
         lr=lr_at(step, cfg), skipped_update=stats["nonfinite"] or not rows,
         sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"], training_seconds=t3 - t2,
-        tokens_per_second=generated / max(seconds["sampling"], 1e-9), **totals)
+        tokens_per_second=generated / max(seconds["sampling"], 1e-9), verifier_errors=unverified, **M.loop_metrics(policy), **totals)
 
 
 def print_progress(m, cfg, elapsed, done):
@@ -820,10 +893,10 @@ def print_progress(m, cfg, elapsed, done):
 
 
 def flag_defaults(first):
-    """Defaults that depend on other flags: the tiny world's, then the objective's paper defaults (e.g. DAPO's
-    clip-higher); flags given still win."""
+    """Defaults that depend on other flags: the tiny world's (--model tiny or a model trained from it); flags
+    given still win. (The objective's paper defaults are Config's own, so Python gets them too.)"""
     out = dict(TINY_DEFAULTS) if M.is_tiny_world(first.model) else {}
-    out.update(OBJECTIVES[first.objective].defaults if first.objective in OBJECTIVES else {})
+    out.update(LADDER_DEFAULTS if Path(first.dataset).stem == "tiny_ladder_train" else {})
     return out
 
 

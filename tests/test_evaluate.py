@@ -144,8 +144,14 @@ def test_cli_writes_records_and_summary(tiny, data, tmp_path, capsys):
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
     check_summary_against_records(on_disk, records)
-    for key in ("model", "dataset_hash", "selection", "wall_time_s", "tokens_per_s", "inference_flops", "settings"):
+    for key in ("model", "dataset_hash", "settings"):
         assert on_disk[key] is not None
+    assert on_disk["selection"] == "one response per problem, greedy"
+    # speed and compute follow from the records: tokens over generation seconds, FLOPs per token and context
+    assert on_disk["generation_seconds"] == pytest.approx(sum(r["seconds"] for r in records)) and on_disk["wall_time_s"] > 0
+    assert on_disk["tokens_per_s"] == pytest.approx(on_disk["completion_tokens_total"] / on_disk["generation_seconds"])
+    config = M.load_model(tiny, device="cpu").config
+    assert on_disk["inference_flops"] == pytest.approx(E.inference_flops(config, records)) and on_disk["inference_flops"] > 0
     assert on_disk["settings"]["max_new_tokens"] == 6 and on_disk["settings"]["temperature"] == 0.0
     assert "accuracy" in capsys.readouterr().out
 
@@ -403,3 +409,45 @@ def test_every_shipped_dataset_evaluates_with_the_real_tokenizer(dataset, qwen_v
     records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
     assert summary["n"] == 2 and [r["id"] for r in records] == [p["id"] for p in P.load_problems(dataset, 2)]
     assert all(r["prompt_tokens"] > 20 and 1 <= r["completion_tokens"] <= 4 for r in records)
+
+
+# -----------------------------------------------------------------------------
+# Refusals that protect a result: each names what is wrong
+
+
+def test_duplicate_problem_ids_are_refused(tiny, tmp_path):
+    dup = write_jsonl(tmp_path / "dup.jsonl", [dict(id="q", problem="1+1?", answer="2"), dict(id="q", problem="2+2?",
+                                                                                           answer="4")])
+    with pytest.raises(ValueError, match="problem ids are not unique \\(e.g. 'q'\\)"):
+        run_cli(tiny, dup, tmp_path / "out")
+
+
+def test_duplicate_record_ids_are_refused(tmp_path):
+    records = write_jsonl(tmp_path / "records.jsonl", [dict(id="a", correct=True), dict(id="b", correct=False),
+                                                       dict(id="a", correct=False)])
+    with pytest.raises(ValueError, match="records.jsonl:3: id 'a' was already recorded on line 1"):
+        E.read_records(records)
+
+
+def test_responses_refuse_another_runs_directory(tiny, data, tmp_path):
+    run_cli(tiny, data, tmp_path / "model_run")  # a model's evaluation lives here
+    responses = write_jsonl(tmp_path / "resp.jsonl", [dict(id=f"p{i}", response="\\boxed{4}") for i in range(5)])
+    before = (tmp_path / "model_run" / "records.jsonl").read_text()
+    with pytest.raises(ValueError, match="holds another evaluation"):
+        E.main(["--responses", str(responses), "--dataset", str(data), "--out", str(tmp_path / "model_run")])
+    assert (tmp_path / "model_run" / "records.jsonl").read_text() == before  # nothing lost
+
+
+def test_responses_need_equal_counts_per_problem(data, tmp_path):
+    rows = [dict(id=f"p{i}", response="\\boxed{4}") for i in range(5)] + [dict(id="p0", response="\\boxed{3}")]
+    with pytest.raises(ValueError, match="different numbers of responses"):
+        E.read_responses(write_jsonl(tmp_path / "resp.jsonl", rows), P.load_problems(str(data)))
+
+
+def test_compare_refuses_records_with_other_reference_answers(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [dict(id="q0", answer="1", correct=True), dict(id="q1", answer="2",
+                                                                                        correct=False)])
+    b = write_jsonl(tmp_path / "b.jsonl", [dict(id="q0", answer="1", correct=True), dict(id="q1", answer="3",
+                                                                                        correct=True)])
+    with pytest.raises(ValueError, match="problem 'q1' has reference answer '2' in .*a.jsonl but '3'"):
+        E.compare(a, b)

@@ -54,3 +54,73 @@ def test_shipped_qwen3_tokenizer_is_the_documented_file():
     assert tok.encode("Hello world") == [9707, 1879]  # reference encodings from PROVENANCE.md
     assert tok.encode("<|im_start|>user\nhi<|im_end|>") == [151644, 872, 198, 6023, 151645]
     assert (tok.eos_id, tok.im_end_id, tok.vocab_size) == (151643, 151645, 151669)
+
+
+def test_held_out_guard_sees_through_case_and_whitespace():
+    math500 = P.load_problems("math500")
+    disguised = dict(id="x", problem="  " + math500[7]["problem"].upper().replace(" ", " \n\t "), answer="1")
+    with pytest.raises(ValueError, match="held-out set math500.*\\['x'\\]"):
+        P.check_held_out([dict(id="ok", problem="What is 1 + 1?", answer="2"), disguised])
+    P.check_held_out([dict(id="near", problem=math500[7]["problem"] + " Explain.", answer="1")])  # not a copy
+
+
+# The generation-prompt part of Qwen3's published chat template (tokenizer_config.json of the Qwen3 models):
+# a user turn, then the assistant header, then the empty think block when enable_thinking is false.
+QWEN3_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}")
+
+
+def test_chat_templates_render_as_qwen3s_own_template():
+    from transformers import PreTrainedTokenizerFast
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(M.QWEN3_TOKENIZER))
+    problem = "What is $1 + 1$?"
+    user = [dict(role="user", content=f"{problem}\n{P.CHAT_INSTRUCTION.format()}")]
+    for template, thinking in (("chat", False), ("chat_think", True)):
+        reference = hf.apply_chat_template(user, chat_template=QWEN3_TEMPLATE, tokenize=False,
+                                           add_generation_prompt=True, enable_thinking=thinking)
+        assert P.format_prompt(problem, template) == reference, template
+    assert P.format_prompt(problem, "chat").endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    with pytest.raises(ValueError, match="unknown prompt template 'chatml'"):
+        P.format_prompt(problem, "chatml")
+
+
+def test_rows_that_are_not_objects_name_the_file_and_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"problem": "1 + 1", "answer": "2"}\n\n["problem", "answer"]\n')
+    with pytest.raises(ValueError, match="rows.jsonl:3: expected a JSON object, got list"):
+        P.load_problems(str(path))
+
+
+def test_train_val_split_is_seeded_disjoint_and_bounded():
+    pool = [dict(id=f"p{i}") for i in range(10)]
+    train, val = P.train_val_split(pool, 3, seed=1)
+    assert len(val) == 3 and len(train) == 7 and {p["id"] for p in train} | {p["id"] for p in val} == {f"p{i}" for i in range(10)}
+    assert [p["id"] for p in train] == sorted((p["id"] for p in train), key=lambda i: int(i[1:]))  # pool order kept
+    assert (train, val) == P.train_val_split(pool, 3, seed=1) and val != P.train_val_split(pool, 3, seed=2)[1]
+    assert P.train_val_split(pool, 0) == (pool, [])
+    for bad in (-1, 10):
+        with pytest.raises(ValueError, match=f"val_size={bad} must be in \\[0, 10\\)"):
+            P.train_val_split(pool, bad)
+
+
+def test_dataset_hash_is_16_hex_digits_of_id_problem_answer():
+    rows = [dict(id="a", problem="1 + 1", answer="2", level=1)]
+    expected = hashlib.sha256(json.dumps(["a", "1 + 1", "2"], ensure_ascii=False).encode()).hexdigest()[:16]
+    assert P.dataset_hash(rows) == expected
+    assert P.dataset_hash([dict(rows[0], level=5)]) == expected  # other fields do not version the data
+    assert P.dataset_hash([dict(rows[0], answer="3")]) != expected
+
+
+def test_dataset_names_and_paths(tmp_path):
+    assert P.dataset_path("math500") == P.DATA_DIR / "math500.jsonl"
+    other = tmp_path / "pool.txt"  # any existing file is read as JSONL, whatever its suffix
+    other.write_text(json.dumps(dict(problem="1 + 1", answer="2")) + "\n")
+    assert P.load_problems(str(other)) == [dict(problem="1 + 1", answer="2", id="pool/00000", source="pool")]
+    with pytest.raises(FileNotFoundError, match="missing.jsonl: no such dataset file"):
+        P.load_problems(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ValueError, match="unknown dataset 'math5000'; known: math500"):
+        P.load_problems("math5000")

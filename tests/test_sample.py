@@ -1,6 +1,7 @@
 """sample.generate against uncached greedy decoding, transformers' generate, and full-forward log-probs."""
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -249,3 +250,70 @@ def test_generate_on_gpu_equals_the_cpu(tiny, gpu):
             assert [o.tokens for o in out] == [c.tokens for c in on_cpu], (kw, compile)
             for o, c in zip(out, on_cpu):
                 torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(c.logprobs), atol=1e-3, rtol=0)
+
+
+# -----------------------------------------------------------------------------
+# Looped depth (model.add_loop): its own cache rows per (layer, loop) pass, so the sampler's log-probs stay the
+# trainer's
+
+
+def looped_copy(model, spec, lora_rank=0):
+    m = copy.deepcopy(model)
+    M.add_loop(m, spec, lora_rank)
+    return m
+
+
+def test_looped_generation_at_initialisation_equals_the_plain_model(tiny):
+    model, _ = tiny
+    looped = looped_copy(model, "1:2:3")
+    prompts = random_prompts([5, 17, 3, 9])
+    for kwargs in (dict(temperature=0), dict(temperature=1.0, n=3, seed=0)):
+        plain, loop = S.generate(model, prompts, 16, **kwargs), S.generate(looped, prompts, 16, **kwargs)
+        assert [o.tokens for o in loop] == [o.tokens for o in plain]
+        assert [o.logprobs for o in loop] == [o.logprobs for o in plain]  # exactly, not within a tolerance
+
+
+@pytest.mark.parametrize("spec,rank", [("0:2:2", 0), ("1:2:3", 2)])
+def test_looped_sampler_logprobs_equal_the_trainers_after_updates(tiny, spec, rank):
+    model, _ = tiny
+    m = looped_copy(model, spec, rank)
+    loop = {id(p) for p in m.loop.parameters()}
+    opt = torch.optim.AdamW([dict(params=[p for p in m.parameters() if id(p) not in loop], lr=1e-3),
+                             dict(params=list(m.loop.parameters()), lr=3e-2)])
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):  # a few updates open the gates and move the shared weights
+        M.token_logprobs(m, torch.randint(1, VOCAB, (4, 12), generator=g))[0].mean().neg().backward()
+        opt.step()
+        opt.zero_grad()
+    assert all(a > 0 for a in M.loop_metrics(m)["loop_gate_abs"])
+    prompts = random_prompts([4, 11, 7])
+    for o in S.generate(m, prompts, 16, temperature=1.0, n=3, seed=7):
+        p = prompts[o.prompt_index]
+        with torch.no_grad():
+            trainer = M.token_logprobs(m, torch.tensor([p + o.tokens]))[0][0, len(p) - 1:]
+        assert torch.allclose(torch.tensor(o.logprobs), trainer, atol=1e-5)
+
+
+def test_the_token_budget_counts_every_layer_pass(tiny):
+    model, _ = tiny
+    looped = looped_copy(model, "1:2:3")  # 2 layers + 2 extra passes of layer 1
+    assert S.kv_bytes_per_token(looped) == 2 * S.kv_bytes_per_token(model)
+    assert S.default_token_budget(looped) == S.default_token_budget(model) // 2
+    assert looped.new_cache(2, 10).k.shape[0] == 4
+
+
+def test_looped_generate_on_gpu_equals_the_cpu(tiny, gpu):
+    """A looped model with open gates and per-loop adapters, on the GPU in fp32, eager and compiled: the CPU's
+    greedy tokens and seeded samples, log-probs equal up to rounding."""
+    model, _ = tiny
+    looped = looped_copy(model, "1:2:3", lora_rank=2)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in looped.loop.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.03 if ".lora_" in name else 0.3))
+    on_gpu, prompts = copy.deepcopy(looped).to(gpu), random_prompts([5, 17, 3, 9])
+    for kw, compile in itertools.product([dict(temperature=0), dict(temperature=1.0, n=2, seed=5)], (False, True)):
+        want, got = S.generate(looped, prompts, 16, **kw), S.generate(on_gpu, prompts, 16, compile=compile, **kw)
+        assert [o.tokens for o in got] == [o.tokens for o in want], (kw, compile)
+        flat = lambda out: torch.tensor([lp for o in out for lp in o.logprobs])  # noqa: E731
+        torch.testing.assert_close(flat(got), flat(want), atol=1e-3, rtol=0)

@@ -193,3 +193,130 @@ def test_committed_checkpoint_is_sometimes_right_as_recorded(committed):
     metrics = tiny.evaluate(model, tok, load_problems("tiny_test"))
     assert metrics == pytest.approx(recorded["test"], abs=1e-9)
     assert 0.10 < metrics["accuracy"] < 0.60 and metrics["direct_share"] > 0.3
+
+
+# -----------------------------------------------------------------------------
+# The ladder: rungs of 2-6 operations, graded by the step check
+
+
+def existing_texts(seed, sizes=None):
+    return {r["problem"] for rows in tiny.make_splits(seed, sizes).values() for r in rows}
+
+
+def test_ladder_is_deterministic_disjoint_and_takes_turns():
+    small = {"test": 20, "val": 20, "train": 200}
+    exclude = existing_texts(3, small)
+    ladder = tiny.make_ladder(3, {"test": 10, "val": 5, "train": 30}, exclude)
+    assert ladder == tiny.make_ladder(3, {"test": 10, "val": 5, "train": 30}, exclude)
+    assert ladder != tiny.make_ladder(4, {"test": 10, "val": 5, "train": 30}, exclude)
+    for name, n in (("ladder_test", 10), ("ladder_val", 5), ("ladder_train", 30)):
+        levels = [r["level"] for r in ladder[name]]
+        assert levels[:5] == [2, 3, 4, 5, 6] and sorted(levels) == sorted([2, 3, 4, 5, 6] * n)
+    texts = [r["problem"] for rows in ladder.values() for r in rows]
+    assert len(set(texts)) == len(texts) and not set(texts) & exclude
+    for rows in ladder.values():
+        for r in rows:
+            assert int(r["answer"]) == evaluate_text(r["problem"])
+            check_solution(r)
+
+
+def test_committed_ladder_matches_generator_and_fits_the_context():
+    splits = tiny.make_splits(SEED)
+    ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
+    tok = qwen.load_tokenizer("tiny")
+    context = json.loads((qwen.TINY_MODEL_DIR / "config.json").read_text())["max_position_embeddings"]
+    for name, rows in ladder.items():
+        path = DATA_DIR / f"tiny_{name}.jsonl"
+        committed = [json.loads(line) for line in path.read_text().splitlines()]
+        assert committed == rows, f"{path} differs from make_ladder({SEED}); rewrite with `python tiny.py --data-only`"
+        assert sorted({r["level"] for r in rows}) == list(tiny.LADDER_LEVELS)
+    for r in ladder["ladder_test"]:  # the longest texts sit on the top rung
+        completion = len(tok.encode(tiny.completion_text(r, bare=False))) + 1  # + end of text
+        assert completion <= tiny.LADDER_MAX_NEW_TOKENS
+        assert len(tok.encode(format_prompt(r["problem"]))) + tiny.LADDER_MAX_NEW_TOKENS <= context
+    old = {r["problem"] for rows in splits.values() for r in rows}
+    assert all(not {r["problem"] for r in rows} & old for rows in ladder.values())
+
+
+PROBLEM = "(37 + 12) * 2 - 45"  # 49, 98, 53
+RIGHT = "\n37 + 12 = 49\n49 * 2 = 98\n98 - 45 = 53\n\\boxed{53}"
+
+
+@pytest.mark.parametrize("response, ok", [
+    (RIGHT, True),
+    ("37+12=49\n\n49 *2 = 98\n98 - 45 = 53\n\\boxed{53}\n", True),  # spacing is free
+    ("\\boxed{53}", False),  # bare: the right answer with no steps
+    ("37 + 12 = 49\n49 * 2 = 99\n98 - 45 = 53\n\\boxed{53}", False),  # a wrong step, the right answer
+    ("37 + 12 = 49\n49 * 3 = 98\n98 - 45 = 53\n\\boxed{53}", False),  # an operand copied wrong
+    ("37 + 12 = 49\n98 - 45 = 53\n\\boxed{53}", False),  # a step skipped
+    ("37 + 12 = 49\n49 * 2 = 98\n98 - 45 = 53\n\\boxed{54}", False),  # right steps, wrong box
+    (RIGHT + "\n53 + 0 = 53", False),  # something after the box
+    ("37 + 12 = 49\n49 * 2 = 98\n\\boxed{98}", False),  # stopped a step early
+])
+def test_check_steps_on_hand_written_solutions(response, ok):
+    assert tiny.chain(PROBLEM) == (["37 + 12 = 49", "49 * 2 = 98", "98 - 45 = 53"], evaluate_text(PROBLEM))
+    assert tiny.check_steps(response, PROBLEM, "53") is ok
+    row = dict(problem=PROBLEM, answer="53")
+    correct, rewards = tiny.grade_steps_batch([response, "no box"], [row, row], format_penalty=0.2)
+    assert correct == [ok, False] and rewards == [1.0 if ok else 0.0, -0.2]
+
+
+def corrupt_one_line(solution, rng):
+    """The solution with one worked line's result or operand off by one, the final box kept: a lucky answer."""
+    lines = solution.split("\n")
+    i = rng.randrange(len(lines) - 1)
+    numbers = re.findall(r"\d+", lines[i])
+    j = rng.choice([1, 2])  # the operand or the result
+    numbers[j] = str(int(numbers[j]) + rng.choice([-1, 1]))
+    a, op, _, eq, _ = lines[i].split(" ")
+    lines[i] = f"{a} {op} {numbers[1]} {eq} {numbers[2]}"
+    return "\n".join(lines)
+
+
+def test_steps_grader_keeps_the_guess_rate_under_one_percent():
+    # a seeded sample of every rung: guessed bare answers in 0..99 and solutions with one wrong line and the
+    # right box; verify.grade (the answer alone) pays about 1% and 100% of them, the step check nothing
+    from verify import grade
+    rng, rows = random.Random(0), load_problems("tiny_ladder_val")
+    guesses = [f"\\boxed{{{rng.randint(0, 99)}}}" for _ in rows]
+    lucky = [corrupt_one_line(r["solution"], rng) for r in rows]
+    problems = [dict(problem=r["problem"], answer=r["answer"]) for r in rows]
+    for responses, answer_rate in ((guesses, (0.0, 0.03)), (lucky, (1.0, 1.0))):
+        by_answer = sum(grade(x, r["answer"]) for x, r in zip(responses, rows)) / len(rows)
+        assert answer_rate[0] <= by_answer <= answer_rate[1]
+        correct, _ = tiny.grade_steps_batch(responses, problems)
+        assert sum(correct) / len(rows) <= 0.01 and not any(correct)
+    assert all(tiny.grade_steps_batch([r["solution"] for r in rows], problems)[0])
+
+
+def test_ladder_datasets_bring_the_ladder_defaults():
+    import bands
+    import evaluate
+    import train_rl
+    cfg = train_rl.parse_args(["--model", "tiny", "--dataset", "tiny_ladder_train"])
+    assert (cfg.val_dataset, cfg.test_dataset, cfg.grader, cfg.eval_group_by, cfg.max_new_tokens) == \
+        ("tiny_ladder_val", "tiny_ladder_test", "steps", "level", tiny.LADDER_MAX_NEW_TOKENS)
+    assert train_rl.parse_args(["--model", "tiny"]).grader == "answer"
+    assert train_rl.parse_args(["--model", "tiny", "--dataset", "tiny_ladder_train", "--grader", "answer"]).grader \
+        == "answer"
+    for script, dataset in ((evaluate, ["--dataset", "tiny_ladder_test"]),
+                            (bands, ["--dataset", "tiny_ladder_val", "--out", "x"])):
+        config = script.EvalConfig if script is evaluate else script.BandsConfig
+        cfg = cli_parse(config, ["--model", "tiny", *dataset], script.flag_defaults)
+        assert (cfg.grader, cfg.group_by, cfg.max_new_tokens) == ("steps", "level", tiny.LADDER_MAX_NEW_TOKENS)
+    problems = load_problems("tiny_ladder_val", 2)
+    samples = [[dict(response="\\boxed{" + p["answer"] + "}", completion_tokens=4, finish_reason="stop")]
+               for p in problems]
+    by_steps = evaluate.grade_records(problems, [0, 0], samples, grader="steps")
+    by_answer = evaluate.grade_records(problems, [0, 0], samples)
+    assert [r["correct"] for r in by_steps] == [False, False] and [r["correct"] for r in by_answer] == [True, True]
+
+
+def cli_parse(config, argv, defaults):
+    from cli import parse_config
+    return parse_config(config, argv, "", defaults=defaults)
+
+
+def test_check_steps_refuses_a_problem_that_is_not_a_tiny_expression():
+    with pytest.raises(ValueError, match="grader steps"):
+        tiny.check_steps("\\boxed{2}", "What is $1 + 1$?", "2")

@@ -1,13 +1,17 @@
 """train_rl.py: hand-computed advantages and losses, then the loop's mechanics on a tiny random model."""
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 import model as M
 import train_rl as T
+
+REAL_GRADE_BATCH, REAL_REWARD_BATCH = T.verify.grade_batch, T.verify.reward_batch  # before any test stubs them
 
 # -----------------------------------------------------------------------------
 # Pure functions against hand-computed values
@@ -78,11 +82,17 @@ def test_group_diversity_hand_computed():
     assert d["group_length_std"] == pytest.approx(math.sqrt(0.5) / 2)
     assert d["group_distinct_answers"] == 1.5
     assert d["group_ngram_overlap"] == pytest.approx((1 / 3 + 0) / 2)
+    single = T.group_diversity(rows, G=1)  # groups of one: no spread, one answer each, no pairs to overlap
+    assert single["group_length_std"] == 0.0 and single["group_distinct_answers"] == 1.0
+    assert math.isnan(single["group_ngram_overlap"])
 
 
-def loss_grad(objective, rewards, lengths, budget, **cfg_kw):
+def loss_grad(objective, rewards, lengths, budget, correct=None, **cfg_kw):
+    """Loss, d loss / d logp and advantages of one group; correct defaults to reward == 1."""
     cfg = T.Config(objective=objective, max_new_tokens=budget, **cfg_kw)
-    adv = T.OBJECTIVES[objective].advantages(torch.tensor([rewards], dtype=torch.float32)).flatten()
+    r = torch.tensor([rewards], dtype=torch.float32)
+    c = r == 1 if correct is None else torch.tensor([correct])
+    adv = T.OBJECTIVES[objective].advantages(r, c, cfg).flatten()
     mask = torch.tensor([[1.0] * n + [0.0] * (budget - n) for n in lengths])
     logp = torch.full(mask.shape, -1.0, requires_grad=True)
     ref = torch.full(mask.shape, -1.5)
@@ -137,6 +147,12 @@ def test_dapo_and_cispo_token_level_mean_hand_computed():
         assert torch.allclose(grad, per_token([-1.5, 0.5, 0.5, 0.5], [2, 3, 1, 4], 4) / 10, atol=1e-5)
 
 
+def test_cispo_kl_term_is_a_penalty():
+    # k1 KL in the loss adds beta * (logp - ref) per token, token-level mean: d loss / d logp = -(A_i - beta) / 10
+    _, grad, adv = loss_grad("cispo", [1, 0, 0, 0], [2, 3, 1, 4], budget=4, kl_coef=0.1, kl_estimator="k1")
+    assert torch.allclose(grad, per_token([-1.4, 0.6, 0.6, 0.6], [2, 3, 1, 4], 4) / 10, atol=1e-5)
+
+
 def test_cispo_keeps_the_gradient_that_ppo_clipping_drops():
     # token ratios 1.5 and 0.5, A = +1: PPO clips the first token (no gradient); CISPO weights it by
     # the clipped, detached ratio 1.2 and the second by 0.5: gradient -[1.2, 0.5] / 2 tokens
@@ -150,10 +166,38 @@ def test_cispo_keeps_the_gradient_that_ppo_clipping_drops():
     assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.25]]))
 
 
-def test_all_equal_group_gives_zero_gradient():
-    for objective in T.OBJECTIVES:
-        _, grad, adv = loss_grad(objective, [1, 1, 1, 1], [2, 3, 1, 4], budget=4)
-        assert torch.equal(adv, torch.zeros(4)) and torch.count_nonzero(grad) == 0
+BASELINE_FREE = {"w_reinforce"}  # objectives without a group baseline: an all-equal group still moves them
+
+
+@pytest.mark.parametrize("objective", sorted(T.OBJECTIVES))
+def test_all_equal_group_gives_zero_gradient(objective):
+    for value in (1, 0):
+        _, grad, adv = loss_grad(objective, [value] * 4, [2, 3, 1, 4], budget=4)
+        zero = torch.equal(adv, torch.zeros(4)) and torch.count_nonzero(grad) == 0
+        assert zero != (objective in BASELINE_FREE), f"{objective}: all-{value} group, advantages {adv.tolist()}"
+
+
+def test_w_reinforce_weights_right_answers_by_lambda_from_correctness():
+    # correct [T, F, F, T] with shaped rewards that disagree (a format penalty made the last one -0.2)
+    _, grad, adv = loss_grad("w_reinforce", [1.0, 0.0, -0.2, 0.0], [2, 3, 1, 4], budget=4,
+                             correct=[True, False, False, True], positive_weight=0.5)
+    assert torch.equal(adv, torch.tensor([0.5, -1.0, -1.0, 0.5]))  # A = +lambda right, -1 wrong, no baseline
+    # token-level mean over the batch's 10 tokens: d loss / d logp_it = -A_i / 10
+    assert torch.allclose(grad, per_token([-0.5, 1.0, 1.0, -0.5], [2, 3, 1, 4], 4) / 10)
+    assert T.Config(objective="w_reinforce").positive_weight == 0.1  # the paper's lambda
+    assert T.parse_args(["--objective", "w_reinforce", "--positive-weight", "0.3"]).positive_weight == 0.3
+
+
+def test_objective_names_come_from_one_table():
+    names = list(T.OBJECTIVES)
+    doc_names = [line.split()[1] for line in T.__doc__.splitlines() if line.startswith("- ")]
+    assert doc_names == names  # the module docstring lists each objective once, in table order
+    help_text = next(f.metadata["help"] for f in dataclasses.fields(T.Config) if f.name == "objective")
+    assert help_text.split(": ", 1)[1].split(", ") == names
+    readme = (Path(T.__file__).parent / "README.md").read_text()
+    table = [line.split("`")[1] for line in readme.split("| `--objective` | paper |")[1].split("\n\n")[0].splitlines()[2:]]
+    assert table == names  # the README's objectives table
+    assert all(set(d) <= set(T.OBJECTIVE_FLAGS) for d in (o.defaults for o in T.OBJECTIVES.values()))
 
 
 # -----------------------------------------------------------------------------
@@ -197,6 +241,19 @@ def test_one_step_updates_weights_and_writes_a_run_transformers_loads(run_setup,
                 "verifying_seconds", "training_seconds", "tokens_per_second", "generated_tokens", "flops"):
         assert key in m[0], key
     assert m[0]["grad_norm"] > 0 and m[0]["entropy"] > 0
+    assert 0 <= m[0]["truncation_rate"] <= 1 and (m[0]["truncation_rate"] * 8).is_integer()  # a share of 8 samples
+    # compute and speed from their definitions: 2 problems x G = 4 samples drawn, prompts known
+    cfg, step = run_setup(steps=1), m[0]
+    assert step["generated_tokens"] == pytest.approx(step["response_tokens_mean"] * 8)
+    assert 0 < step["training_tokens"] <= step["generated_tokens"]
+    tok, pool = M.load_tokenizer(cfg.model), T.P.load_problems(cfg.dataset)
+    prompts = [len(tok.encode(T.P.format_prompt(pool[i]["problem"]))) for i in T.problems_for_step(6, 0, 2, 0)]
+    context = sum(prompts) / 2 + step["response_tokens_mean"] / 2
+    net = M.load_model(cfg.model, device="cpu").config
+    assert step["flops"] == pytest.approx(step["generated_tokens"] * M.flops_per_token(net, context)
+                                          + step["training_tokens"] * M.flops_per_token(net, context, training=True))
+    assert step["tokens_per_second"] == pytest.approx(step["generated_tokens"] / step["sampling_seconds"])
+    assert min(step["sampling_seconds"], step["training_seconds"]) > 0 and step["verifying_seconds"] >= 0
     assert (run / "samples.jsonl").read_text().count("\n") == 1
     assert json.loads((run / "config.json").read_text())["objective"] == "drgrpo"
     transformers = pytest.importorskip("transformers")
@@ -212,7 +269,7 @@ def test_resume_continues_exactly(run_setup, tmp_path):
     T.train(run_setup(steps=2, out=str(tmp_path / "split")))
     split = T.train(run_setup(steps=4, out=str(tmp_path / "split"), resume=True))
     a, b = weights(straight / "final"), weights(split / "final")
-    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
 
     def steady(path):  # metrics without wall-clock fields
         rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
@@ -221,10 +278,113 @@ def test_resume_continues_exactly(run_setup, tmp_path):
     assert [r["step"] for r in sb] == [1, 2, 3, 4]
     for ra, rb in zip(sa, sb):
         assert ra.keys() == rb.keys()
-        for k in ra:
-            if k in ("generated_tokens", "training_tokens", "flops"):
-                continue  # run totals restart with the process (per-step values are compared)
-            assert ra[k] == pytest.approx(rb[k], rel=1e-5, abs=1e-7), k
+        assert ra == rb  # every logged value, the running compute totals too
+
+
+def test_a_killed_run_and_an_interrupted_run_resume_exactly(run_setup, tmp_path, monkeypatch):
+    straight = T.train(run_setup(steps=4, save_every=2, out=str(tmp_path / "straight")))
+    real_step = T.train_step
+
+    def dies_at(index, error):
+        def step(*args, **kw):
+            if args[7] == index:  # train_step(..., step, ...): the 0-based step about to run
+                raise error
+            return real_step(*args, **kw)
+        return step
+    # killed during step 4: metrics of step 3 were logged after the step-2 checkpoint and must be redone once
+    monkeypatch.setattr(T, "train_step", dies_at(3, RuntimeError("killed")))
+    with pytest.raises(RuntimeError):
+        T.train(run_setup(steps=4, save_every=2, out=str(tmp_path / "killed")))
+    assert [json.loads(x)["step"] for x in (tmp_path / "killed/metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    # Ctrl-C during step 4: the three finished steps are saved first (a step_3 checkpoint)
+    monkeypatch.setattr(T, "train_step", dies_at(3, KeyboardInterrupt()))
+    T.train(run_setup(steps=4, save_every=0, out=str(tmp_path / "ctrl_c")))
+    assert sorted(p.name for p in (tmp_path / "ctrl_c/checkpoints").iterdir()) == ["step_3"]
+    monkeypatch.setattr(T, "train_step", real_step)
+    for name in ("killed", "ctrl_c"):
+        run = T.train(run_setup(steps=4, save_every=2, out=str(tmp_path / name), resume=True))
+        a, b = weights(straight / "final"), weights(run / "final")
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+
+        def steady(path):
+            rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+            return [{k: v for k, v in r.items() if "second" not in k} for r in rows]
+        assert steady(run) == steady(straight), name  # each step once, the compute totals continued
+
+
+def test_truncate_and_logged_totals_hand_made(tmp_path):
+    log = tmp_path / "metrics.jsonl"
+    rows = [dict(step=0, test_accuracy=0.5), dict(step=1, generated_tokens=10, training_tokens=8, flops=1.5),
+            dict(step=2, generated_tokens=25, training_tokens=20, flops=4.0), dict(step=3, generated_tokens=40,
+            training_tokens=33, flops=7.0)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    assert T.logged_totals(log, 2) == dict(generated_tokens=25, training_tokens=20, flops=4.0)
+    assert T.logged_totals(log, 0) == dict(generated_tokens=0, training_tokens=0, flops=0.0)
+    T.truncate_jsonl(log, 2)
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_lr_schedules_hand_values():
+    cfg = lambda schedule: T.Config(lr=1.0, warmup_steps=2, steps=6, schedule=schedule)  # noqa: E731
+    # warmup: (step + 1) / 2; then progress = (step - 2) / 4 over steps 2..5
+    assert [T.lr_at(s, cfg("constant")) for s in range(6)] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert [T.lr_at(s, cfg("linear")) for s in range(6)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    cosine = [0.5, 1.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4))]
+    assert [T.lr_at(s, cfg("cosine")) for s in range(6)] == pytest.approx(cosine)
+
+
+def test_the_loop_steps_with_the_scheduled_lr(run_setup, tmp_path):
+    run = T.train(run_setup(steps=3, warmup_steps=2, schedule="linear", lr=0.01))
+    logged = [json.loads(x)["lr"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert logged == pytest.approx([0.005, 0.01, 0.01])
+
+
+def test_score_rollouts_shapes_rewards_with_the_real_verifier():
+    cfg = T.Config(max_new_tokens=10, overlong_buffer=4, format_penalty=0.2)
+    rollouts = [dict(text=text, tokens=[0] * n, problem=dict(answer="4"))
+                for text, n in (("so \\boxed{4}", 5), ("so \\boxed{4}", 8), ("so \\boxed{5}", 10), ("four", 3))]
+    T.score_rollouts(rollouts, cfg)
+    # right, short: 1; right at 8 of 10 tokens with a 4-token buffer: 1 + (10 - 4 - 8) / 4 = 0.5;
+    # wrong and truncated at the budget: 0 - 1; no box: the format penalty, -0.2
+    assert [r["reward"] for r in rollouts] == pytest.approx([1.0, 0.5, -1.0, -0.2])
+    assert [(r["correct"], r["boxed"]) for r in rollouts] == [(True, True), (True, True), (False, True), (False, False)]
+
+
+def test_format_penalty_reaches_the_reward_in_a_run(run_setup, monkeypatch):
+    monkeypatch.setattr(T.verify, "grade_batch", REAL_GRADE_BATCH)
+    monkeypatch.setattr(T.verify, "reward_batch", REAL_REWARD_BATCH)
+    run = T.train(run_setup(steps=1, format_penalty=0.3))
+    m = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    # a random character model never boxes an answer: every sample is a format failure worth -0.3
+    assert m["format_failure_rate"] == 1.0 and m["reward_mean"] == pytest.approx(-0.3)
+
+
+def test_load_pools_subject_filter_and_first_n_carve_out(tmp_path):
+    pool = tmp_path / "pool.jsonl"
+    subjects = "AABABAAB"
+    pool.write_text("".join(json.dumps(dict(id=f"p{i}", problem=f"Q{i}", answer=str(i), subject=s)) + "\n"
+                            for i, s in enumerate(subjects)))
+    cfg = T.Config(dataset=str(pool), subject="A", num_problems=2, val_size=2, seed=0)
+    train, val, test = T.load_pools(cfg)
+    assert [p["id"] for p in train] == ["p0", "p1"]  # the first 2 of subject A, in file order
+    assert len(val) == 2 and {p["id"] for p in val} < {"p3", "p5", "p6"} and test == []  # from the rest of A
+    train, val, _ = T.load_pools(dataclasses.replace(cfg, subject="", num_problems=0, val_size=3))
+    assert len(train) == 5 and len(val) == 3 and {p["id"] for p in train + val} == {f"p{i}" for i in range(8)}
+    with pytest.raises(ValueError, match="--subject 'C': no problems of that subject"):
+        T.load_pools(dataclasses.replace(cfg, subject="C"))
+
+
+def test_test_dataset_is_evaluated_before_and_after(run_setup, tmp_path):
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps(dict(id=f"t{i}", problem=f"{i} + 1", answer=str(i + 1))) + "\n" for i in range(5)))
+    run = T.train(run_setup(steps=2, test_dataset=str(test)))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 2] and "test_accuracy" in rows[0] and "test_accuracy" in rows[-1]
+    from evaluate import evaluate  # the same protocol on the saved checkpoints gives the logged numbers
+    problems = T.P.load_problems(str(test))
+    for model, logged in ((run_setup().model, rows[0]), (run / "final", rows[-1])):
+        _, summary = evaluate(M.load_model(model, device="cpu"), M.load_tokenizer(model), problems, 8)
+        assert summary["accuracy"] == logged["test_accuracy"]
 
 
 def test_mu1_clipping_changes_nothing(run_setup, tmp_path):
@@ -327,12 +487,14 @@ def test_truncated_is_weights_are_one_when_sampler_equals_trainer(run_setup, cha
     assert mask.sum() > 10 and torch.allclose(weights, torch.ones_like(weights), atol=1e-4)
 
 
-def test_objective_defaults_apply_on_the_command_line_and_flags_win():
-    assert T.parse_args(["--objective", "dapo"]).clip_high == 0.28
-    assert T.parse_args(["--objective", "dapo"]).dynamic_sampling is True
-    assert T.parse_args(["--objective", "dapo", "--clip-high", "0.3"]).clip_high == 0.3
-    assert T.parse_args(["--objective", "gspo"]).clip_low == 3e-4
-    assert T.parse_args(["--objective", "grpo"]).clip_high == 0.2
+def test_objective_defaults_apply_from_python_and_the_command_line_and_flags_win():
+    for make in (lambda name, **kw: T.Config(objective=name, **kw),
+                 lambda name, **kw: T.parse_args(["--objective", name] + [f"--{k.replace('_', '-')}={v}" for k, v in kw.items()])):
+        assert (make("dapo").clip_high, make("dapo").dynamic_sampling, make("dapo").clip_low) == (0.28, True, 0.2)
+        assert make("dapo", clip_high=0.3).clip_high == 0.3
+        assert (make("gspo").clip_low, make("gspo").clip_high) == (3e-4, 4e-4)
+        assert (make("grpo").clip_high, make("grpo").dynamic_sampling) == (0.2, False)
+    assert T.parse_args(["--objective", "dapo", "--no-dynamic-sampling"]).dynamic_sampling is False
 
 
 def test_lora_trains_only_adapters_and_merged_checkpoint_matches(run_setup, char_model_dir):
@@ -356,6 +518,16 @@ def test_lora_trains_only_adapters_and_merged_checkpoint_matches(run_setup, char
             assert torch.equal(v, merged.state_dict()[k]), k
 
 
+def test_lora_run_resumes_exactly(run_setup, tmp_path):
+    lora = dict(lora_rank=4, lora_alpha=8.0, lr=5e-2, save_every=2)
+    straight = T.train(run_setup(steps=4, out=str(tmp_path / "straight"), **lora))
+    T.train(run_setup(steps=2, out=str(tmp_path / "split"), **lora))
+    split = T.train(run_setup(steps=4, out=str(tmp_path / "split"), resume=True, **lora))
+    a, b = weights(straight / "final"), weights(split / "final")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the adapters and their AdamW moments came back
+    assert any(not torch.equal(a[k], weights(run_setup().model)[k]) for k in a)
+
+
 def test_nonfinite_loss_skips_the_update(run_setup, char_model_dir, monkeypatch):
     nan_loss = T.Objective(T.OBJECTIVES["drgrpo"].advantages, lambda b, cfg: b["logp"].sum() * float("nan"))
     monkeypatch.setitem(T.OBJECTIVES, "drgrpo", nan_loss)
@@ -370,12 +542,14 @@ def test_bad_inputs_error_clearly(run_setup, tmp_path):
     with pytest.raises(ValueError, match="grpo, drgrpo, dapo"):
         T.train(run_setup(objective="ppo"))
     for bad, flag in ((dict(kl_estimator="k4"), "kl-estimator"), (dict(kl_in="advantage"), "kl-in"),
-                      (dict(clip_low=-0.1), "clip-low"), (dict(tis_cap=-1.0), "tis-cap"),
+                      (dict(clip_low=-0.1), "clip-low"), (dict(clip_high=-0.1), "clip-high"),
+                      (dict(kl_coef=-0.1), "kl-coef"), (dict(tis_cap=-1.0), "tis-cap"),
                       (dict(overlong_buffer=8), "overlong-buffer"), (dict(max_draws=0), "max-draws"),
                       (dict(objective="rloo", group_size=1), "group-size")):
         with pytest.raises(ValueError, match=flag):
             T.train(run_setup(**bad))
-    for flag in ("steps", "group_size", "problems_per_step", "max_new_tokens"):
+    for flag in ("steps", "group_size", "problems_per_step", "max_new_tokens", "epochs_per_batch",
+                 "micro_batch_tokens"):
         with pytest.raises(ValueError, match=flag.replace("_", "-")):
             T.train(run_setup(**{flag: 0}))
     no_answer = tmp_path / "noanswer.jsonl"
@@ -481,3 +655,24 @@ def test_default_config_trains_on_the_shipped_math_pool(qwen_vocab_model_dir, tm
     saved = json.loads((run / "config.json").read_text())
     assert saved["dataset"] == "math_train" and saved["subject"] == "Algebra"
     assert (run / "final" / "model.safetensors").is_file() and (run / "final" / "tokenizer.json").is_file()
+
+
+def test_a_run_saved_before_a_new_setting_resumes_at_its_default(run_setup, tmp_path):
+    T.train(run_setup(steps=1, save_every=1, out=str(tmp_path / "old")))
+    path = tmp_path / "old" / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["positive_weight"], saved["compile"]  # as written by code older than these fields
+    path.write_text(json.dumps(saved))
+    T.train(run_setup(steps=2, save_every=1, out=str(tmp_path / "old"), resume=True))
+    with pytest.raises(ValueError, match="positive_weight"):  # a value other than the default still differs
+        T.train(run_setup(steps=3, out=str(tmp_path / "old"), resume=True, positive_weight=0.5))
+
+
+def test_checks_without_a_verdict_are_counted_per_step(run_setup, monkeypatch):
+    def grade_with_two_errors(texts, refs):
+        T.verify.ERRORS["rule"] += 2  # as two rules raising inside is_equivalent would
+        return fake_grade(texts, refs)
+    run = run_setup(steps=2)
+    monkeypatch.setattr(T.verify, "grade_batch", grade_with_two_errors)
+    rows = [json.loads(x) for x in (T.train(run) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["verifier_errors"] for r in rows] == [2, 2]

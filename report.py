@@ -1,0 +1,716 @@
+"""
+One report for any set of runs: a markdown table per question, with 95% intervals, seeds and compute, and
+PNG plots beside it.
+
+    python report.py runs/rep/* --out runs/rep/report          # train_rl.py, evaluate.py, bands.py dirs
+    python report.py runs/a runs/b --by objective,lr            # describe runs by these settings
+
+Every number comes from the files a run directory holds, read by one small function per kind of directory
+(READERS): a train_rl.py run (config.json, metrics.jsonl, final/), an evaluate.py output (settings.json,
+records.jsonl, summary.json), a bands.py output (bands.jsonl, bands_summary.json) and, once rounds.py exists,
+a rounds run. Each becomes a Run: its settings, seed, status and the evaluations it holds as counts.
+
+- Runs: what each run is (the settings that differ between the runs given, or --by), seed, steps, final
+  validation and test accuracy with 95% Wilson intervals (evaluate.wilson), compute and code version.
+  train_rl.py logs accuracies as fractions only, so n is the size of the validation / test set rebuilt from
+  the saved config (train_rl.load_pools) and the correct count is fraction x n.
+- Across seeds: runs that differ only by seed, with mean, min-max and a Student t interval over the seeds.
+  An incomplete run (killed mid-run: no final/, fewer steps logged than configured, no summary.json) is
+  listed with its status and never averaged.
+- Paired comparisons of evaluations of the same problems (evaluate.compare: B - A with a bootstrap interval,
+  discordant counts, exact McNemar p).
+- Bands (bands.summarize_bands) and, for rounds runs, fast and deliberate accuracy per round.
+Plots need matplotlib (optional: `pip install matplotlib`); without it the tables are still written.
+"""
+
+import argparse
+import json
+import math
+import struct
+import sys
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+import bands as B
+import cli
+import evaluate as E
+import problems as P
+from cli import arg
+
+
+@dataclass
+class ReportConfig:
+    out: str = arg("runs/report", "directory for report.md, report.json and the PNGs")
+    by: str = arg("", "comma-separated settings that describe a run (default: those that differ between the runs "
+                      "given); runs equal in them but for the seed are aggregated, so list seed to keep seeds apart")
+    dpi: int = arg(100, "PNG resolution (each figure's size in inches is fixed)")
+    plots: bool = arg(True, "draw the PNGs (needs matplotlib; --no-plots writes the tables only)")
+
+
+@dataclass
+class Evaluation:
+    """Greedy accuracy on one split at one step, as counts, so that every interval is recomputable."""
+    split: str  # "val", "test" or the data set of an evaluate.py run
+    step: int | None
+    n: int | None  # None when the data set could not be rebuilt (then no interval)
+    correct: int | None
+    accuracy: float
+    per_group: dict = field(default_factory=dict)  # {group: (n, correct, accuracy)}
+    records: Path | None = None  # records.jsonl, for paired comparisons
+
+
+@dataclass
+class Run:
+    path: Path
+    kind: str  # train, eval, bands, rounds
+    settings: dict  # what the run is: the config of the run, names spaced by kind for eval and bands
+    seed: int | None
+    status: str = "complete"  # anything else keeps the run out of every average
+    steps: int | None = None
+    metrics: list = field(default_factory=list)  # train: one dict per step
+    evals: list = field(default_factory=list)  # Evaluation, in step order
+    compute: dict = field(default_factory=dict)  # generated_tokens, training_tokens, flops, wall_s, device, code
+    bands: dict | None = None  # bands.summarize_bands
+    rounds: list = field(default_factory=list)  # rounds: {round, n, fast_correct, deliberate_correct}
+    label: str = ""  # the name in tables and legends when the directory's own name is not unique
+
+    @property
+    def name(self):
+        return self.label or self.path.name
+
+    @property
+    def complete(self):
+        return self.status == "complete"
+
+
+# Settings that say how a run was executed or logged, not what it is (train_rl.RESUMABLE and the like).
+NOT_WHAT = {"out", "resume", "seed", "device", "compile", "save_every", "samples_per_step", "code_version",
+            "batch_size", "stop_token_ids", "dataset_hash", "n_problems", "fsdp", "dtype", "responses", "tokenizer",
+            "datasets"}
+
+# -----------------------------------------------------------------------------
+# Readers: one function per kind of run directory
+
+KINDS = ("train", "eval", "bands", "rounds")
+
+
+def read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+
+
+def read_log(path):
+    """The objects of a JSONL log and whether its last line was cut off (a killed run)."""
+    text = Path(path).read_text() if Path(path).is_file() else ""
+    lines = text.split("\n")
+    tail = lines.pop()
+    rows = [P.parse_json_line(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
+    return rows, bool(tail.strip())
+
+
+def split_size(problems, group_by):
+    """(n, {group: n}) of a list of problems, the groups named as evaluate.py names them."""
+    return len(problems), dict(Counter(B.group_value(p, group_by) for p in problems)) if group_by else {}
+
+
+def counted(where, split, step, accuracy, n, by_group=None, group_sizes=None):
+    """An Evaluation from a logged fraction and the split's size: correct = fraction x n, checked whole."""
+    def count(acc, size, what):
+        if size is None:
+            return None
+        c = round(acc * size)
+        if abs(c - acc * size) > 1e-6:
+            raise ValueError(f"{where}: {what} accuracy {acc} at step {step} is not a whole count of {size} "
+                             f"problems; the data set named in config.json is not the one this run evaluated")
+        return c
+    groups = {g: (group_sizes.get(g), count(a, group_sizes.get(g), f"{split} {g}"), a)
+              for g, a in (by_group or {}).items()} if group_sizes is not None else \
+        {g: (None, None, a) for g, a in (by_group or {}).items()}
+    return Evaluation(split, step, n, count(accuracy, n, split), accuracy, groups)
+
+
+def train_splits(cfg):
+    """(val, test) problem lists of a train_rl.py run, rebuilt from its config, or a reason they could not be."""
+    import train_rl as T  # the run's own split logic (imports torch)
+    names = {f.name for f in fields(T.Config)}
+    try:
+        _, val, test = T.load_pools(T.Config(**{k: v for k, v in cfg.items() if k in names}))
+        return val, test, None
+    except (ValueError, FileNotFoundError, TypeError) as e:
+        return None, None, f"n unknown, so no intervals ({e})"
+
+
+def read_train_run(path):
+    cfg = read_json(path / "config.json")
+    log, cut = read_log(path / "metrics.jsonl")
+    metrics = [m for m in log if "reward_mean" in m]
+    steps = cfg.get("steps")
+    problems = []
+    if not metrics:
+        problems.append("no step logged")
+    elif len(metrics) < steps or metrics[-1]["step"] != steps:
+        problems.append(f"{len(metrics)} of {steps} steps logged")
+    if not (path / "final").is_dir():
+        problems.append("no final/")
+    if cut:
+        problems.append("partial last log line")
+    test_lines = [m for m in log if "test_accuracy" in m]
+    if cfg.get("test_dataset") and not problems and not any(m["step"] == steps for m in test_lines):
+        problems.append("no test evaluation after training")
+    val, test, unknown = train_splits(cfg)
+    group_by = cfg.get("eval_group_by") or None
+    evals = []
+    for m in metrics:
+        if "val_accuracy" in m:
+            n, sizes = split_size(val, group_by) if val is not None else (None, None)
+            by_group = {f"{group_by}={g}": a for g, a in (m.get("val_accuracy_by_group") or {}).items()}
+            sizes = {f"{group_by}={g}": k for g, k in sizes.items()} if sizes is not None else None
+            evals.append(counted(path, "val", m["step"], m["val_accuracy"], n, by_group, sizes))
+    for m in test_lines:
+        n, _ = split_size(test, None) if test is not None else (None, None)
+        evals.append(counted(path, "test", m["step"], m["test_accuracy"], n))
+    last = metrics[-1] if metrics else {}
+    wall = sum(m.get("sampling_seconds", 0) + m.get("verifying_seconds", 0) + m.get("training_seconds", 0)
+               for m in metrics)
+    compute = dict(generated_tokens=last.get("generated_tokens"), training_tokens=last.get("training_tokens"),
+                   flops=last.get("flops"), wall_s=wall, device=cfg.get("device") or "auto",
+                   code=cfg.get("code_version"), note=unknown and f"{path.name}: {unknown}")
+    status = "complete" if not problems else "incomplete: " + ", ".join(problems)
+    return Run(path, "train", {k: v for k, v in cfg.items()}, cfg.get("seed"), status,
+               metrics[-1]["step"] if metrics else 0, metrics, evals, compute)
+
+
+def trained_from(model_path):
+    """The train_rl.py run a checkpoint came from (DIR/final or DIR/checkpoints/step_N), or None."""
+    p = Path(str(model_path or ""))
+    for run in (p.parent, p.parent.parent):
+        if p.name and (run / "config.json").is_file() and (run / "metrics.jsonl").is_file():
+            return run
+    return None
+
+
+def eval_settings(settings, kind):
+    """An evaluation's settings under its kind's name (eval.dataset, ...), joined by the config of the run whose
+    checkpoint it evaluated, so that `objective` describes an evaluation of a trained model too."""
+    own = {f"{kind}.{k}": v for k, v in settings.items()}
+    source = trained_from(settings.get("model"))
+    if source is None:
+        return own, settings.get("seed"), None
+    cfg = read_json(source / "config.json")
+    own.pop(f"{kind}.model")
+    return {**cfg, **own}, cfg.get("seed"), source
+
+
+def read_eval_run(path):
+    settings = read_json(path / "settings.json")
+    records, _ = E.read_records(path / "records.jsonl", partial_tail_ok=True)
+    summary = read_json(path / "summary.json") if (path / "summary.json").is_file() else None
+    s = E.summarize(records, settings)  # recomputed from the records, never read from summary.json
+    problems = []
+    if len(records) < settings.get("n_problems", len(records)):
+        problems.append(f"{len(records)} of {settings['n_problems']} problems recorded")
+    if summary is None:
+        problems.append("no summary.json")
+    breakdowns = dict(level=s["by_level"], subject=s["by_subject"])
+    if settings.get("group_by"):
+        breakdowns[settings["group_by"]] = s["per_group"]  # the same groups again when it is level or subject
+    groups = {f"{key}={g}": (v["n"], v["correct"], v["accuracy"]) for key, by in breakdowns.items()
+              for g, v in by.items()}
+    name = Path(str(settings.get("dataset"))).stem
+    evals = [Evaluation(name, None, s["n"], s["correct"], s["accuracy"] or 0.0, groups, path / "records.jsonl")]
+    what, seed, _ = eval_settings(settings, "eval")
+    compute = dict(generated_tokens=s["completion_tokens_total"], training_tokens=None,
+                   flops=(summary or {}).get("inference_flops"), wall_s=(summary or {}).get("wall_time_s"),
+                   device=settings.get("device"), code=None)  # evaluate.py does not record its code version
+    status = "complete" if not problems else "incomplete: " + ", ".join(problems)
+    return Run(path, "eval", what, seed, status, evals=evals, compute=compute)
+
+
+def read_bands_run(path):
+    rows = B.read_bands(path)
+    saved = read_json(path / "bands_summary.json") if (path / "bands_summary.json").is_file() else None
+    settings = (saved or {}).get("settings") or read_json(path / "settings.json")
+    group_by = (saved or {}).get("group_by") or settings.get("group_by") or "source"
+    what, seed, _ = eval_settings(settings, "bands")
+    status = "complete" if saved is not None else "incomplete: no bands_summary.json"
+    tokens = sum(s["completion_tokens"] for r in E.read_records(path / "records.jsonl", True)[0]
+                 for s in E.samples_of(r)) if (path / "records.jsonl").is_file() else None
+    evaluation = read_json(path / "summary.json") if (path / "summary.json").is_file() else {}
+    return Run(path, "bands", what, seed, status, bands=B.summarize_bands(rows, group_by),
+               compute=dict(generated_tokens=tokens, flops=evaluation.get("inference_flops"),
+                            wall_s=(saved or {}).get("wall_time_s"), device=settings.get("device")))
+
+
+def read_rounds_run(path):
+    # PLACEHOLDER: rounds.py does not exist yet and its files are not fixed. When it lands, this reads them into
+    # Run(kind="rounds", rounds=[{round, n, fast_correct, deliberate_correct}, ...]); the tables and plots
+    # below already take that form.
+    raise ValueError(f"{path}: looks like a rounds.py run, which report.py cannot read yet (rounds.py's format "
+                     f"is not fixed)")
+
+
+# (what marks the kind, its reader), tried in order: a bands.py output also holds an evaluation's files.
+READERS = (
+    (lambda d: (d / "config.json").is_file() and (d / "metrics.jsonl").is_file(), read_train_run),
+    (lambda d: (d / "bands.jsonl").is_file(), read_bands_run),
+    (lambda d: (d / "rounds.jsonl").is_file(), read_rounds_run),  # placeholder marker, see read_rounds_run
+    (lambda d: (d / "settings.json").is_file() and (d / "records.jsonl").is_file(), read_eval_run),
+)
+
+
+def read_run(path):
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such run directory")
+    for is_kind, reader in READERS:
+        if is_kind(path):
+            return reader(path)
+    raise ValueError(f"{path}: not a run directory (report.py reads train_rl.py runs: config.json + metrics.jsonl; "
+                     f"evaluate.py outputs: settings.json + records.jsonl; bands.py outputs: bands.jsonl)")
+
+
+# -----------------------------------------------------------------------------
+# What each run is, and which runs differ only by seed
+
+
+def value_text(v):
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def describing_keys(runs, by=None):
+    """--by's settings, else those whose values differ between the runs that have them (and the kind, when runs
+    of several kinds are given: an evaluation's own settings are not compared with a training run's)."""
+    if by:
+        known = {k for r in runs for k in r.settings} | {"kind", "seed"}
+        for k in by:
+            if k not in known:
+                raise ValueError(f"--by {k}: no run given has that setting (e.g. {', '.join(sorted(known)[:8])})")
+        return list(by)
+    keys = sorted({k for r in runs for k in r.settings} - NOT_WHAT - {f"{kind}.{k}" for kind in ("eval", "bands")
+                                                                       for k in NOT_WHAT})
+    values = lambda k: {value_text(setting(r, k)) for r in runs if k in r.settings}  # noqa: E731
+    return (["kind"] if len({r.kind for r in runs}) > 1 else []) + [k for k in keys if len(values(k)) > 1]
+
+
+def setting(run, key):
+    return run.kind if key == "kind" else run.seed if key == "seed" else run.settings.get(key)
+
+
+def describe(run, keys):
+    return ", ".join(f"{k}={value_text(setting(run, k))}" for k in keys if k != "seed") or "-"
+
+
+def seed_groups(runs, keys):
+    """{(kind, description, seed if --by keeps seeds apart): runs}, the runs equal in every describing setting
+    but the seed, in the order given."""
+    groups = {}
+    for r in sorted(runs, key=lambda r: KINDS.index(r.kind)):  # stable: training runs first, then evaluations
+        groups.setdefault((r.kind, describe(r, keys), r.seed if "seed" in keys else None), []).append(r)
+    return groups
+
+
+# Two-sided 97.5% quantiles of Student's t by degrees of freedom (any statistics table); beyond 30, 1.96.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t_interval(values):
+    """Mean and its 95% Student t interval over seeds (a seed is one draw of the whole run); None for one seed.
+    Between table entries the next smaller degrees of freedom is used (a wider interval)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), None
+    t = T975[max(d for d in T975 if d <= len(x) - 1)] if len(x) - 1 <= 30 else 1.96
+    half = t * x.std(ddof=1) / math.sqrt(len(x))
+    return float(x.mean()), (float(x.mean() - half), float(x.mean() + half))
+
+
+# -----------------------------------------------------------------------------
+# Tables
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def with_ci(e):
+    if e is None:
+        return "-"
+    if e.n is None:
+        return f"{pct(e.accuracy)} (n unknown)"
+    lo, hi = E.wilson(e.correct, e.n)
+    return f"{pct(e.accuracy)} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def short_version(code):
+    """A git commit to 10 digits, keeping a -dirty mark (the full one is in report.json)."""
+    commit, dirty, _ = code.partition("-")
+    return commit[:10] + ("-" + _ if dirty else "")
+
+
+def num(x, fmt="{:,}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def last_of(run, split):
+    mine = [e for e in run.evals if e.split == split]
+    return mine[-1] if mine else None
+
+
+def final_accuracy(run):
+    """(validation, test) evaluations a run ends with; an evaluate.py run's one evaluation counts as test."""
+    if run.kind == "eval":
+        return None, run.evals[0]
+    return last_of(run, "val"), last_of(run, "test")
+
+
+NUMERIC = {"n", "seed", "seeds", "steps", "step", "round", "correct", "generated", "training", "FLOPs", "wall", "mixed",
+           "only", "both", "neither"}
+
+
+def md_table(header, rows):
+    right = [i for i, h in enumerate(header) if h.split()[0] in NUMERIC or h.startswith(B.BANDS)]
+    line = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
+    rule = ["---:" if i in right else "---" for i in range(len(header))]
+    return "\n".join([line(header), line(rule), *(line(r) for r in rows)])
+
+
+def runs_table(runs, keys):
+    header = ["run", "what", "seed", "steps", "status", "val accuracy [95% CI]", "test accuracy [95% CI]",
+              "generated tokens", "training tokens", "FLOPs", "wall s", "device", "code"]
+    rows = []
+    for r in runs:
+        val, test = final_accuracy(r)
+        step = lambda e: "" if e is None or e.step is None or e.step == r.steps else f" @ step {e.step}"  # noqa: E731
+        c = r.compute
+        rows.append([f"`{r.name}`", describe(r, keys), num(r.seed, "{}"), num(r.steps, "{}"), r.status,
+                     with_ci(val) + step(val), with_ci(test) + (f" ({test.split})" if r.kind == "eval" and test else
+                                                                step(test)),
+                     num(c.get("generated_tokens")), num(c.get("training_tokens")), num(c.get("flops"), "{:.3g}"),
+                     num(c.get("wall_s"), "{:.0f}"), num(c.get("device"), "{}"),
+                     num(c.get("code") and short_version(c["code"]), "`{}`")])
+    return md_table(header, rows)
+
+
+def accuracy_rows(runs):
+    """Every evaluation of every run, overall and per group, with n, correct and the Wilson interval."""
+    rows = []
+    for r in runs:
+        for e in r.evals:
+            at = "" if e.step is None else f" @ step {e.step}"
+            rows.append([f"`{r.name}`", e.split + at, "all", num(e.n, "{}"), num(e.correct, "{}"), with_ci(e)])
+            for g, (n, c, a) in sorted(e.per_group.items()):
+                rows.append([f"`{r.name}`", e.split + at, g, num(n, "{}"), num(c, "{}"),
+                             with_ci(Evaluation(e.split, e.step, n, c, a))])
+    return md_table(["run", "split", "group", "n", "correct", "accuracy [95% Wilson]"], rows)
+
+
+def seeds_table(runs, keys):
+    """Final accuracies of the runs that differ only by seed; incomplete runs are named and left out."""
+    rows = []
+    for (kind, what, _), group in seed_groups(runs, keys).items():
+        done = [r for r in group if r.complete]
+        left_out = ", ".join(f"`{r.name}` ({r.status})" for r in group if not r.complete) or "-"
+        if not done:
+            rows.append([what, "-", 0, "-", "-", "-", "-", "-", left_out])
+        for split in ("val", "test"):
+            evals = [final_accuracy(r)[split == "test"] for r in done]
+            if not evals or any(e is None for e in evals):
+                continue
+            accs = [e.accuracy for e in evals]
+            mean, ci = t_interval(accs)
+            label = split if kind != "eval" else evals[0].split
+            rows.append([what, label, len(done), " / ".join(str(r.seed) for r in done),
+                         " / ".join(pct(a) for a in accs), pct(mean), f"{pct(min(accs))} - {pct(max(accs))}",
+                         "-" if ci is None else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]", left_out])
+    return md_table(["what", "split", "n seeds", "seeds", "accuracy per seed", "mean", "min - max",
+                     "95% t interval (seeds)", "left out"], rows)
+
+
+def pairings(runs, keys):
+    """(A, B) pairs of evaluations of the same problems: the first run given on those problems is the reference;
+    a run is paired with the reference group's run of its own seed when there is one."""
+    by_problems = {}
+    for r in runs:
+        if r.kind == "eval" and r.complete:
+            s = {k.split(".", 1)[1]: v for k, v in r.settings.items() if k.startswith("eval.")}
+            by_problems.setdefault((s.get("dataset_hash"), s.get("n_problems")), []).append(r)
+    pairs = []
+    for group in by_problems.values():
+        reference = group[0]
+        ref_key = describe(reference, keys)
+        same = {r.seed: r for r in group if describe(r, keys) == ref_key}
+        for b in group[1:]:
+            a = same.get(b.seed, reference) if describe(b, keys) != ref_key else reference
+            pairs.append((a, b if a is not b else None))
+    return [(a, b) for a, b in pairs if b is not None]
+
+
+def compare_table(runs, keys):
+    rows = []
+    for a, b in pairings(runs, keys):
+        c = E.compare(a.evals[0].records, b.evals[0].records)
+        rows.append([f"`{a.name}`", f"`{b.name}`", c["n"], pct(c["accuracy_a"]), pct(c["accuracy_b"]),
+                     f"{100 * c['difference']:+.1f} [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]",
+                     c["both_correct"], c["only_a_correct"], c["only_b_correct"], c["neither_correct"],
+                     f"{c['mcnemar_p']:.3g}"])
+    return md_table(["A", "B", "n paired", "A accuracy", "B accuracy", "B - A points [95% bootstrap]",
+                     "both right", "only A right", "only B right", "neither", "McNemar p"], rows) if rows else ""
+
+
+def bands_table(run):
+    s = run.bands
+    temperature = run.settings.get("bands.temperature")
+    header = [f"bands of `{run.name}` (k = {s['k']}, temperature {temperature})", "n", *B.BANDS, "accuracy",
+              "mixed if equally hard"]
+    line = lambda name, st: [name, st["n"], *(st[b] for b in B.BANDS), pct(st["accuracy"]),  # noqa: E731
+                             f"{st['mixed_if_equally_hard']:.1f}"]
+    return md_table(header, [line("all", s["overall"]),
+                             *(line(f"{s['group_by']}={g}", st) for g, st in s["per_group"].items())])
+
+
+def rounds_table(runs):
+    rows = []
+    for r in runs:
+        for x in r.rounds:
+            fast, slow = (Evaluation("", x["round"], x["n"], x[k], x[k] / x["n"]) for k in
+                          ("fast_correct", "deliberate_correct"))
+            rows.append([f"`{r.name}`", x["round"], x["n"], with_ci(fast), with_ci(slow)])
+    return md_table(["run", "round", "n", "fast accuracy [95% CI]", "deliberate accuracy [95% CI]"], rows)
+
+
+def validation_table(runs):
+    rows = []
+    for r in runs:
+        for e in (e for e in r.evals if e.split == "val"):
+            groups = ", ".join(f"{g} {pct(a)}" for g, (_, _, a) in sorted(e.per_group.items()))
+            rows.append([f"`{r.name}`", e.step, with_ci(e), groups or "-"])
+    return md_table(["run", "step", "val accuracy [95% CI]", "per group"], rows)
+
+
+def report_markdown(runs, keys, plots):
+    notes = sorted({r.compute.get("note") for r in runs if r.compute.get("note")})
+    parts = [f"# Report on {len(runs)} run(s)", "",
+             f"Described by: {', '.join(keys) or '(the runs differ only by seed)'}. Accuracy intervals are 95% Wilson "
+             f"intervals (evaluate.wilson). For train_rl.py runs, n is the size of the validation / test set rebuilt "
+             f"from config.json (train_rl.load_pools) and correct = logged fraction x n; FLOPs are the run's "
+             f"sampling + training FLOPs (evaluation not counted) and wall s sums its sampling, verifying and "
+             f"training seconds. For evaluate.py runs everything is recomputed from records.jsonl except FLOPs and "
+             f"wall time (summary.json); an evaluation of a run's final/ carries that run's settings and seed, and "
+             f"its code column is empty (evaluate.py records no code version).", "", "## Runs", "",
+             runs_table(runs, keys)]
+    if notes:
+        parts += ["", "Notes: " + "; ".join(notes)]
+    if any(r.evals for r in runs):
+        parts += ["", "## Accuracy per group", "", accuracy_rows(runs)]
+    if any(e.split == "val" for r in runs for e in r.evals):
+        parts += ["", "## Validation accuracy by step", "", validation_table(runs)]
+    if any(r.evals for r in runs):
+        parts += ["", "## Across seeds", "", "Runs equal in every setting above but the seed; incomplete runs are "
+                  "listed under 'left out', never averaged.", "", seeds_table(runs, keys)]
+    comparisons = compare_table(runs, keys)
+    if comparisons:
+        parts += ["", "## Paired comparisons (same problems)", "", "evaluate.compare: B - A over the problems "
+                  "both evaluated, percentile bootstrap over problems, exact McNemar test on the discordant pairs. "
+                  "The reference A is the first run given on those problems, or its group's run of B's seed.", "",
+                  comparisons]
+    for r in runs:
+        if r.bands:
+            parts += ["", f"## Bands: `{r.name}`", "", bands_table(r)]
+    if any(r.rounds for r in runs):
+        parts += ["", "## Rounds: fast and deliberate accuracy", "", rounds_table([r for r in runs if r.rounds])]
+    if plots:
+        parts += ["", "## Plots", ""] + [f"![{p.stem}]({p.name}) `{p.name}`, {w} x {h} px" for p, (w, h) in plots]
+    return "\n".join(parts) + "\n"
+
+
+# -----------------------------------------------------------------------------
+# Plots (matplotlib, optional)
+
+CURVES = (("reward_mean", "reward"), ("accuracy", "rollout accuracy"), ("response_tokens_mean", "response tokens"),
+          ("entropy", "entropy per token"))
+SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def png_size(path):
+    """(width, height) of a PNG from its IHDR chunk; ValueError if the file is not a PNG."""
+    head = Path(path).read_bytes()[:24]
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        raise ValueError(f"{path}: not a PNG image")
+    return struct.unpack(">II", head[16:24])
+
+
+def draw_family(ax, series, label, color):
+    """One line per run (seed by line style) and the min-max band over the seeds at each point."""
+    for i, (run, x, y) in enumerate(series):
+        ax.plot(x, y, SEED_STYLES[i % len(SEED_STYLES)], color=color, lw=1.2, ms=3,
+                marker="o" if len(x) <= 12 else None,  # a few evaluations: show where they are
+                label=f"{label or run.name}, seed {run.seed}" + ("" if run.complete else " (incomplete)"))
+    done = [(x, y) for run, x, y in series if run.complete]  # an incomplete run is drawn, never in a band
+    if len(done) > 1 and len({len(x) for x, _ in done}) == 1:
+        xs, ys = np.array([x for x, _ in done], float), np.array([y for _, y in done], float)
+        ax.fill_between(xs.mean(0), np.nanmin(ys, 0), np.nanmax(ys, 0), color=color, alpha=0.18, lw=0)
+
+
+def curve_figure(plt, runs, keys, panels, dpi):
+    """Rows of panels (y label, {run: (steps, flops, values)}), each against step and cumulative FLOPs."""
+    fig, axes = plt.subplots(len(panels), 2, figsize=(12, 3.2 * len(panels)), dpi=dpi, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    families = seed_groups(runs, keys)
+    for row, (ylabel, data) in zip(axes, panels):
+        for j, ((kind, what, _), group) in enumerate(families.items()):
+            for ax, xi, xlabel in ((row[0], 0, "step"), (row[1], 1, "cumulative FLOPs (sampling + training)")):
+                series = [(r, data[r.name][xi], data[r.name][2]) for r in group if r.name in data]
+                draw_family(ax, series, "" if what == "-" else what, colors[j % len(colors)])
+                ax.set_xlabel(xlabel)
+                if xi == 0:
+                    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+                ax.set_ylabel(ylabel)
+                ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(3, max(1, len(labels))), fontsize=9, frameon=False)
+    height = fig.get_figheight()  # fixed margins in inches (tight_layout costs seconds per figure)
+    legend = 0.25 * math.ceil(len(labels) / 3) + 0.15
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.55 / height, top=1 - legend / height, wspace=0.22,
+                        hspace=0.75 / 3.2)
+    return fig
+
+
+def training_panels(runs):
+    train = [r for r in runs if r.metrics]
+    panels = [(label, {r.name: ([m["step"] for m in r.metrics], [m["flops"] for m in r.metrics],
+                                [m.get(key, float("nan")) for m in r.metrics]) for r in train})
+              for key, label in CURVES]
+    return panels if train else []
+
+
+def validation_panels(runs):
+    flops = {r.name: {m["step"]: m["flops"] for m in r.metrics} for r in runs}
+    vals = {r.name: [e for e in r.evals if e.split == "val"] for r in runs}
+    vals = {k: v for k, v in vals.items() if v}
+    if not vals:
+        return []
+    panels = [("val accuracy", {k: ([e.step for e in v], [flops[k][e.step] for e in v], [e.accuracy for e in v])
+                                for k, v in vals.items()})]
+    for g in sorted({g for v in vals.values() for e in v for g in e.per_group}):
+        panels.append((f"val accuracy, {g}", {k: ([e.step for e in v], [flops[k][e.step] for e in v],
+                                                  [e.per_group.get(g, (0, 0, float("nan")))[2] for e in v])
+                                              for k, v in vals.items()}))
+    return panels
+
+
+def bands_figure(plt, runs, dpi):
+    """Stacked band counts, one bar per run and group (all, then each group)."""
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=dpi)
+    colors = dict(all_zero="#c44e52", mixed="#55a868", all_one="#4c72b0")
+    bars = [(f"{r.name}\n{g}", st) for r in runs for g, st in [
+        ("all", r.bands["overall"]), *((f"{r.bands['group_by']}={v}", st) for v, st in r.bands["per_group"].items())]]
+    bottoms = np.zeros(len(bars))
+    for b in B.BANDS:
+        counts = np.array([st[b] for _, st in bars])
+        ax.bar(range(len(bars)), counts, bottom=bottoms, color=colors[b], label=b)
+        bottoms += counts
+    ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
+    ax.set_ylabel("problems")
+    ax.set_title("bands: problems with 0 of k, some, or k of k samples right")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def rounds_figure(plt, runs, dpi):
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=dpi)
+    for r in runs:
+        rounds = [x["round"] for x in r.rounds]
+        for key, style in (("fast_correct", "-o"), ("deliberate_correct", "--s")):
+            ax.plot(rounds, [x[key] / x["n"] for x in r.rounds], style, label=f"{r.name}, {key.split('_')[0]}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def write_plots(runs, keys, out, dpi):
+    """The PNGs and their sizes; [] with a message when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report.py: matplotlib is not installed, so no plots were drawn (pip install matplotlib, or "
+              "pip install -r requirements-dev.txt); the tables are written", file=sys.stderr)
+        return []
+    figures, trained = {}, [r for r in runs if r.metrics]
+    # legends name the settings that differ between the runs drawn (kind=train would say nothing)
+    drawn = [k for k in keys if len({value_text(setting(r, k)) for r in trained}) > 1]
+    if trained:
+        figures["training.png"] = curve_figure(plt, trained, drawn, training_panels(trained), dpi)
+    if validation_panels(trained):
+        figures["validation.png"] = curve_figure(plt, trained, drawn, validation_panels(trained), dpi)
+    if any(r.bands for r in runs):
+        figures["bands.png"] = bands_figure(plt, [r for r in runs if r.bands], dpi)
+    if any(r.rounds for r in runs):
+        figures["rounds.png"] = rounds_figure(plt, [r for r in runs if r.rounds], dpi)
+    written = []
+    for name, fig in figures.items():
+        fig.savefig(out / name)
+        plt.close(fig)
+        written.append((out / name, png_size(out / name)))
+    return written
+
+
+# -----------------------------------------------------------------------------
+# CLI
+
+
+def report(run_dirs, out, by=(), dpi=100, plots=True):
+    """Read the runs, write report.md, report.json and the PNGs into out; returns the markdown."""
+    out = Path(out)
+    mine = [d for d in run_dirs if Path(d).resolve() == out.resolve()]  # `report.py runs/x/* --out runs/x/report`
+    if mine:
+        print(f"report.py: leaving out {mine[0]}, the report's own --out", file=sys.stderr)
+    runs = [read_run(d) for d in run_dirs if d not in mine]
+    if not runs:
+        raise ValueError("no run directory given")
+    if len(runs) != len({r.path.resolve() for r in runs}):
+        raise ValueError("a run directory is given twice")
+    names = Counter(r.name for r in runs)
+    for r in runs:  # two runs named alike (a/eval, b/eval) are told apart by their parent
+        if names[r.name] > 1:
+            r.label = f"{r.path.parent.name}/{r.path.name}"
+    keys = describing_keys(runs, list(by))
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(runs, keys, out, dpi) if plots else []
+    text = report_markdown(runs, keys, plots)
+    (out / "report.md").write_text(text)
+    E.write_json(out / "report.json", [dict(path=str(r.path), kind=r.kind, seed=r.seed, status=r.status,
+                                            steps=r.steps, what=describe(r, keys), compute=r.compute,
+                                            evals=[dict(split=e.split, step=e.step, n=e.n, correct=e.correct,
+                                                        accuracy=e.accuracy, per_group=e.per_group)
+                                                   for e in r.evals]) for r in runs])
+    return text
+
+
+def main(argv=None):
+    parser = cli.add_flags(argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n\n")[1],
+                                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter),
+                           ReportConfig)
+    parser.add_argument("runs", nargs="+", help="run directories (train_rl.py, evaluate.py, bands.py)")
+    args = vars(parser.parse_args(sys.argv[1:] if argv is None else argv))
+    run_dirs = args.pop("runs")
+    cfg = ReportConfig(**args)
+    text = report(run_dirs, cfg.out, [k for k in cfg.by.split(",") if k], cfg.dpi, cfg.plots)
+    print(text)
+    print(f"wrote {Path(cfg.out) / 'report.md'}", file=sys.stderr)
+    return text
+
+
+if __name__ == "__main__":
+    cli.run_main(main, "report.py")

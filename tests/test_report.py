@@ -1,0 +1,311 @@
+"""report.py on run directories made here: hand-written ones whose every number is known, and tiny real runs of
+train_rl.py and evaluate.py on a random character model. Each number in report.md is checked against its
+recomputation from the files; seeds aggregate and runs pair as computed by hand; an incomplete run is named and
+never averaged; a directory that is not a run is refused by name; the PNGs are images of the stated size."""
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import evaluate as E
+import model as M
+import report as R
+import train_rl as T
+from test_train_rl import fake_grade  # the loop tests' stand-in reward: mixed groups from a random model
+
+
+def write_jsonl(path, rows):
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return Path(path)
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A training pool, a validation set (2 problems of level 2, 2 of level 3) and a test set of 5."""
+    d = tmp_path / "data"
+    d.mkdir()
+    make = lambda name, n, **kw: write_jsonl(d / f"{name}.jsonl", [  # noqa: E731
+        dict(id=f"{name}{i}", problem=f"{name} {i} + 1", answer=str(i + 1), **{k: v(i) for k, v in kw.items()})
+        for i in range(n)])
+    return dict(pool=make("pool", 6), val=make("val", 4, level=lambda i: 2 + i % 2), test=make("test", 5))
+
+
+def hand_train_run(root, name, data, seed=0, objective="drgrpo", steps=3, logged=None, final=True, val=(0.5, 0.75, 1.0),
+                   test=(0.2, 0.6)):
+    """A train_rl.py run directory written by hand: config.json from train_rl.Config, one metrics line per step
+    (val accuracy every step, per level), test accuracy before and after."""
+    run = Path(root) / name
+    run.mkdir(parents=True)
+    cfg = T.Config(model="tiny", dataset=str(data["pool"]), val_dataset=str(data["val"]),
+                   test_dataset=str(data["test"]), subject="", num_problems=0, steps=steps, eval_every=1,
+                   eval_group_by="level", seed=seed, objective=objective, out=str(run))
+    (run / "config.json").write_text(json.dumps(dict(dataclasses.asdict(cfg), code_version="abc123")))
+    lines = [dict(step=0, test_accuracy=test[0])]
+    for s in range(1, (steps if logged is None else logged) + 1):
+        acc = val[s - 1]  # levels: 2 of level 2 right, the rest of level 3
+        lines.append(dict(step=s, reward_mean=0.1 * s + seed / 100, accuracy=0.1 * s, response_tokens_mean=10 + s,
+                          entropy=1.0 / s, loss=0.0, lr=1e-4, generated_tokens=100 * s, training_tokens=90 * s,
+                          flops=1e9 * s * (1 + seed / 10), sampling_seconds=1.0, verifying_seconds=0.5,
+                          training_seconds=2.0, val_accuracy=acc,
+                          val_accuracy_by_group={"2": 1.0, "3": (4 * acc - 2) / 2}))
+    if logged is None:
+        lines.append(dict(step=steps, test_accuracy=test[1]))
+    write_jsonl(run / "metrics.jsonl", lines)
+    if final:
+        (run / "final").mkdir()
+    return run
+
+
+def hand_eval_run(root, name, correct, model="m", complete=True, group_by=None):
+    """An evaluate.py output written by hand: one record per 0/1 in `correct` (levels 1 and 2 alternate)."""
+    run = Path(root) / name
+    run.mkdir(parents=True)
+    records = [dict(id=f"q{i}", answer=str(i), level=1 + i % 2, correct=bool(c), completion_tokens=10 + i,
+                    finish_reason="stop", prompt_tokens=5, response="x", extracted=None, reward=float(c))
+               for i, c in enumerate(correct)]
+    settings = dict(model=str(model), dataset="hand", dataset_hash="h", n_problems=len(correct), temperature=0.0,
+                    max_new_tokens=16, device="cpu", group_by=group_by)
+    (run / "settings.json").write_text(json.dumps(settings))
+    write_jsonl(run / "records.jsonl", records if complete else records[:-2])
+    if complete:
+        (run / "summary.json").write_text(json.dumps(dict(inference_flops=1.5e6, wall_time_s=3.0)))
+    return run
+
+
+def tables(md):
+    """{section heading: [row dicts]} of the markdown tables in a report."""
+    out, heading, header = {}, None, None
+    for line in md.splitlines():
+        if line.startswith("## "):
+            heading, header = line[3:], None
+        elif line.startswith("| ") and heading:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if header is None:
+                header = cells
+            elif not set(cells[0]) <= set("-:"):
+                out.setdefault(heading, []).append(dict(zip(header, cells)))
+    return out
+
+
+def acc_ci(correct, n):
+    lo, hi = E.wilson(correct, n)
+    return f"{100 * correct / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def test_every_number_in_the_runs_and_accuracy_tables_is_recomputed_from_the_files(tmp_path, data):
+    runs = [hand_train_run(tmp_path, f"drgrpo-s{s}", data, seed=s, val=(0.5, 0.75, 0.5 + 0.25 * s)) for s in (0, 1)]
+    ev = hand_eval_run(tmp_path, "eval-a", [1, 0, 1, 1, 0, 1, 0, 0], group_by="level")
+    md = R.report([*runs, ev], tmp_path / "out", plots=False)
+    t = tables(md)
+    rows = {r["run"].strip("`"): r for r in t["Runs"]}
+    for run in runs:
+        metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        steps = [m for m in metrics if "reward_mean" in m]
+        row = rows[run.name]
+        assert row["steps"] == "3" and row["status"] == "complete" and row["seed"] == str(json.loads(
+            (run / "config.json").read_text())["seed"])
+        assert row["val accuracy [95% CI]"] == acc_ci(round(steps[-1]["val_accuracy"] * 4), 4)  # tiny val: 4 problems
+        assert row["test accuracy [95% CI]"] == acc_ci(round(metrics[-1]["test_accuracy"] * 5), 5)  # test: 5
+        assert row["generated tokens"] == f"{steps[-1]['generated_tokens']:,}"
+        assert row["training tokens"] == f"{steps[-1]['training_tokens']:,}"
+        assert row["FLOPs"] == f"{steps[-1]['flops']:.3g}" and row["code"] == "`abc123`"
+        wall = sum(m["sampling_seconds"] + m["verifying_seconds"] + m["training_seconds"] for m in steps)
+        assert row["wall s"] == f"{wall:.0f}"
+        per = [r for r in t["Accuracy per group"] if r["run"] == f"`{run.name}`" and r["split"] == "val @ step 3"]
+        last = steps[-1]
+        assert {r["group"]: r["accuracy [95% Wilson]"] for r in per} == {
+            "all": acc_ci(round(4 * last["val_accuracy"]), 4),
+            **{f"level={g}": acc_ci(round(2 * a), 2) for g, a in last["val_accuracy_by_group"].items()}}
+        curve = [r for r in t["Validation accuracy by step"] if r["run"] == f"`{run.name}`"]
+        assert [r["val accuracy [95% CI]"] for r in curve] == [acc_ci(round(4 * m["val_accuracy"]), 4) for m in steps]
+    records, _ = E.read_records(ev / "records.jsonl")
+    c, n = sum(r["correct"] for r in records), len(records)
+    row = rows["eval-a"]
+    assert row["test accuracy [95% CI]"] == acc_ci(c, n) + " (hand)" and row["steps"] == "-"
+    assert row["generated tokens"] == f"{sum(r['completion_tokens'] for r in records):,}" and row["FLOPs"] == "1.5e+06"
+    per = {r["group"]: (r["n"], r["correct"], r["accuracy [95% Wilson]"]) for r in t["Accuracy per group"]
+           if r["run"] == "`eval-a`"}
+    for level in (1, 2):
+        mine = [r["correct"] for r in records if r["level"] == level]
+        assert per[f"level={level}"] == (str(len(mine)), str(sum(mine)), acc_ci(sum(mine), len(mine)))
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [r["status"] for r in saved] == ["complete"] * 3
+
+
+def test_seeds_aggregate_and_evaluations_pair_as_computed_by_hand(tmp_path, data):
+    """Two methods x three seeds, each trained run evaluated on the same 10 problems: the seed table's mean,
+    min-max and t interval, and the pairs (same seed across methods) with their discordant counts and p."""
+    scores = dict(x=[[1] * 5 + [0] * 5, [1] * 6 + [0] * 4, [1] * 7 + [0] * 3],
+                  y=[[0] * 2 + [1] * 7 + [0], [1] * 9 + [0], [1] * 10])
+    dirs = []
+    for method, per_seed in scores.items():
+        for seed, correct in enumerate(per_seed):
+            train = hand_train_run(tmp_path, f"{method}-s{seed}", data, seed=seed,
+                                   objective=dict(x="drgrpo", y="grpo")[method])
+            dirs.append(hand_eval_run(tmp_path / "evals", f"{method}-s{seed}", correct, model=train / "final"))
+    t = tables(R.report(dirs, tmp_path / "out", plots=False))
+    seeds = {r["what"]: r for r in t["Across seeds"]}
+    x, y = seeds["objective=drgrpo"], seeds["objective=grpo"]
+    assert x["accuracy per seed"] == "50.0% / 60.0% / 70.0%" and x["mean"] == "60.0%"
+    assert x["min - max"] == "50.0% - 70.0%"
+    half = 4.303 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(3 seeds)
+    assert x["95% t interval (seeds)"] == f"[{100 * (0.6 - half):.1f}, {100 * (0.6 + half):.1f}]"
+    assert x["seeds"] == "0 / 1 / 2" and x["n seeds"] == "3" and x["left out"] == "-"
+    assert y["mean"] == f"{100 * 26 / 30:.1f}%"
+    pairs = {(r["A"], r["B"]): r for r in t["Paired comparisons (same problems)"]}
+    # the reference is the first run given (x-s0); another x seed pairs with it, each y seed with x of its seed
+    assert set(pairs) == {("`x-s0`", "`x-s1`"), ("`x-s0`", "`x-s2`"), *((f"`x-s{s}`", f"`y-s{s}`") for s in range(3))}
+    row = pairs["`x-s0`", "`y-s0`"]
+    a, b = scores["x"][0], scores["y"][0]
+    only_a = sum(1 for i, j in zip(a, b) if i and not j)
+    only_b = sum(1 for i, j in zip(a, b) if j and not i)
+    assert (row["only A right"], row["only B right"]) == (str(only_a), str(only_b)) == ("2", "4")
+    p = min(1.0, 2 * sum(math.comb(6, i) for i in range(3)) / 2**6)  # exact two-sided binomial test
+    assert row["McNemar p"] == f"{p:.3g}"
+    diff, ci = E.bootstrap_paired(a, b)
+    assert row["B - A points [95% bootstrap]"] == f"{100 * diff:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def test_names_repeated_across_folders_are_told_apart(tmp_path, data):
+    a = hand_eval_run(tmp_path / "a", "eval", [1, 0])
+    b = hand_eval_run(tmp_path / "b", "eval", [1, 1])
+    t = tables(R.report([a, b, tmp_path / "out"], tmp_path / "out", plots=False))  # the report's own dir: left out
+    assert [r["run"] for r in t["Runs"]] == ["`a/eval`", "`b/eval`"]
+
+
+def test_an_incomplete_run_is_reported_as_such_and_never_averaged(tmp_path, data):
+    done = [hand_train_run(tmp_path, f"r-s{s}", data, seed=s) for s in (0, 1)]
+    killed = hand_train_run(tmp_path, "r-s2", data, seed=2, logged=2, final=False)
+    with open(killed / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward_me')  # the line being written when it was killed
+    cut = hand_eval_run(tmp_path, "eval-cut", [1, 0, 1, 1, 0], complete=False)
+    t = tables(R.report([*done, killed, cut], tmp_path / "out", plots=False))
+    status = {r["run"]: r["status"] for r in t["Runs"]}
+    assert status["`r-s2`"] == "incomplete: 2 of 3 steps logged, no final/, partial last log line"
+    assert status["`eval-cut`"] == "incomplete: 3 of 5 problems recorded, no summary.json"
+    group = [r for r in t["Across seeds"] if r["what"] == "kind=train"]
+    assert {r["seeds"] for r in group} == {"0 / 1"} and all("`r-s2`" in r["left out"] for r in group)
+    val = next(r for r in group if r["split"] == "val")
+    assert val["mean"] == "100.0%"  # the killed run's last val (75%) is not in it
+    assert [r for r in t["Across seeds"] if r["what"] == "kind=eval"][0]["n seeds"] == "0"
+
+
+def test_a_directory_that_is_not_a_run_gets_an_error_naming_it(tmp_path, capsys, data):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("hello")
+    good = hand_eval_run(tmp_path, "e", [1])
+    for bad, message in ((tmp_path / "notes", "not a run directory"), (tmp_path / "nothing", "no such run directory")):
+        with pytest.raises(SystemExit):
+            R.cli.run_main(lambda: R.main([str(good), str(bad), "--out", str(tmp_path / "o")]), "report.py")
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"report.py: error: {bad}: {message}") and "\n" not in err
+    (tmp_path / "rounds").mkdir()
+    (tmp_path / "rounds" / "rounds.jsonl").write_text("")
+    with pytest.raises(ValueError, match="rounds.py run, which report.py cannot read yet"):
+        R.read_run(tmp_path / "rounds")
+    with pytest.raises(ValueError, match="--by nosuch"):
+        R.report([good], tmp_path / "o", by=["nosuch"])
+
+
+def test_by_settings_describe_runs_and_seed_keeps_seeds_apart(tmp_path, data):
+    runs = [hand_train_run(tmp_path, f"r-s{s}", data, seed=s) for s in (0, 1)]
+    t = tables(R.report(runs, tmp_path / "out", by=["objective", "seed"], plots=False))
+    assert [r["what"] for r in t["Runs"]] == ["objective=drgrpo"] * 2
+    assert [r["n seeds"] for r in t["Across seeds"]] == ["1"] * 4  # val and test for each seed on its own
+    t = tables(R.report(runs, tmp_path / "out", by=["objective"], plots=False))
+    assert {r["n seeds"] for r in t["Across seeds"]} == {"2"}
+
+
+def test_bands_table_counts_the_bands_file(tmp_path):
+    run = tmp_path / "bands"
+    run.mkdir()
+    rows = [dict(id=f"b{i}", group=str(2 + i % 2), answer="1", k=4, n_correct=c, band=R.B.band(c, 4))
+            for i, c in enumerate([0, 1, 4, 2, 0, 3, 4, 1])]
+    write_jsonl(run / "bands.jsonl", rows)
+    settings = dict(model="m", dataset="d", temperature=1.0, group_by="level")
+    (run / "bands_summary.json").write_text(json.dumps(dict(group_by="level", settings=settings, wall_time_s=2.0)))
+    t = tables(R.report([run], tmp_path / "out"))
+    table = t["Bands: `bands`"]
+    for row in table:
+        name = row["bands of `bands` (k = 4, temperature 1.0)"]
+        mine = rows if name == "all" else [r for r in rows if f"level={r['group']}" == name]
+        assert [row[b] for b in R.B.BANDS] == [str(sum(r["band"] == b for r in mine)) for b in R.B.BANDS]
+        assert row["accuracy"] == f"{100 * sum(r['n_correct'] for r in mine) / (4 * len(mine)):.1f}%"
+        assert row["n"] == str(len(mine))
+    assert len(table) == 3
+    assert R.png_size(tmp_path / "out" / "bands.png") == (1000, 500)
+
+
+def test_pngs_are_images_of_the_stated_size_with_one_line_per_run(tmp_path, data):
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    methods = ("drgrpo", "grpo")
+    dirs = [hand_train_run(tmp_path, f"{o}-s{s}", data, seed=s, objective=o) for o in methods for s in (0, 1)]
+    md = R.report(dirs, tmp_path / "out", dpi=50)
+    for name, panels in (("training.png", 4), ("validation.png", 3)):  # validation: overall, level 2, level 3
+        size = (600, int(50 * 3.2 * panels))
+        assert R.png_size(tmp_path / "out" / name) == size and f"`{name}`, {size[0]} x {size[1]} px" in md
+        assert matplotlib.image.imread(tmp_path / "out" / name).shape[:2] == size[::-1]
+    runs = [R.read_run(d) for d in dirs]
+    keys = R.describing_keys(runs)
+    fig = R.curve_figure(plt, runs, keys, R.training_panels(runs), 50)
+    for ax in fig.axes:
+        assert len(ax.lines) == 4 and ax.get_xlabel() and ax.get_ylabel()
+        assert len(ax.collections) == 2  # a min-max band over the seeds of each method
+    labels = fig.legends[0].get_texts()
+    assert sorted(x.get_text() for x in labels) == [f"objective={o}, seed {s}" for o in methods for s in (0, 1)]
+    plt.close(fig)
+    rounds = R.Run(Path("r"), "rounds", {}, 0, rounds=[dict(round=i, n=10, fast_correct=3 + i, deliberate_correct=6 + i)
+                                                       for i in range(3)])
+    fig = R.rounds_figure(plt, [rounds], 50)
+    assert len(fig.axes[0].lines) == 2
+    plt.close(fig)
+    rows = tables(R.report_markdown([rounds], [], []))["Rounds: fast and deliberate accuracy"]
+    assert [r["fast accuracy [95% CI]"] for r in rows] == [acc_ci(3 + i, 10) for i in range(3)]
+
+
+def test_without_matplotlib_the_tables_are_still_written(tmp_path, data, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    R.report([hand_train_run(tmp_path, "r", data)], tmp_path / "out")
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert (tmp_path / "out" / "report.md").is_file() and not list((tmp_path / "out").glob("*.png"))
+
+
+def test_tiny_real_runs_report_what_their_files_say(tmp_path, char_model_dir, monkeypatch, data):
+    """Two seeds of a 2-step train_rl.py run on a random model, each evaluated with evaluate.py: the report's
+    numbers are the logged ones with n from the data sets, and the pair is evaluate.compare's."""
+    monkeypatch.setattr(T.verify, "grade_batch", fake_grade)
+    monkeypatch.setattr(T.verify, "reward_batch",
+                        lambda texts, refs, format_penalty=0.0: [float(c) for c in fake_grade(texts, refs)])
+    dirs = []
+    for seed in (0, 1):
+        cfg = T.Config(model=str(char_model_dir), dataset=str(data["pool"]), val_dataset=str(data["val"]),
+                       test_dataset=str(data["test"]), subject="", num_problems=0, steps=2, problems_per_step=2,
+                       group_size=4, max_new_tokens=8, lr=1e-2, seed=seed, device="cpu", eval_every=1,
+                       eval_group_by="level", out=str(tmp_path / f"run-s{seed}"), save_every=0,
+                       micro_batch_tokens=200)
+        run = T.train(cfg)
+        problems = T.P.load_problems(str(data["test"]))
+        E.evaluate(M.load_model(run / "final", device="cpu"), M.load_tokenizer(run / "final"), problems, 8,
+                   out_dir=tmp_path / "evals" / f"run-s{seed}", dataset=str(data["test"]))
+        dirs += [run, tmp_path / "evals" / f"run-s{seed}"]
+    t = tables(R.report(dirs, tmp_path / "out", plots=False))
+    rows = {r["run"]: r for r in t["Runs"]}
+    for seed in (0, 1):
+        log = [json.loads(x) for x in (tmp_path / f"run-s{seed}" / "metrics.jsonl").read_text().splitlines()]
+        row = rows[f"`{tmp_path.name}/run-s{seed}`"]  # told apart from the evaluation evals/run-s{seed}
+        assert row["status"] == "complete"
+        assert row["test accuracy [95% CI]"] == acc_ci(round(5 * log[-1]["test_accuracy"]), 5)
+        assert rows[f"`evals/run-s{seed}`"]["seed"] == str(seed)  # the evaluation of final/ has the run's seed
+        assert row["val accuracy [95% CI]"] == acc_ci(round(4 * log[-2]["val_accuracy"]), 4)
+        assert row["FLOPs"] == f"{log[-2]['flops']:.3g}"
+    c = E.compare(tmp_path / "evals" / "run-s0" / "records.jsonl", tmp_path / "evals" / "run-s1" / "records.jsonl")
+    pair = t["Paired comparisons (same problems)"][0]
+    assert (pair["n paired"], pair["only A right"], pair["only B right"], pair["McNemar p"]) == (
+        str(c["n"]), str(c["only_a_correct"]), str(c["only_b_correct"]), f"{c['mcnemar_p']:.3g}")
