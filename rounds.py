@@ -1,0 +1,614 @@
+"""
+System 2 -> System 1 rounds: verified deliberation trains the fast policy, and the fast policy then deliberates.
+
+    python rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder      # the ladder, CPU
+    python rounds.py --model Qwen/Qwen3-0.6B-Base --dataset math_train --out runs/rounds/qwen  # a GPU
+
+Round r starts from the policy pi_r (pi_0 = --model) and does, each step one plain function call:
+1. Deliberate (System 2) on the training pool: k samples per problem (--samples) at --temperature with the
+   slow budget (--slow-max-new-tokens, may exceed the fast one), through evaluate.evaluate -> sample.generate,
+   so the records, seeds and resume are the evaluation protocol's. Adaptive k (--adaptive-samples K): the
+   problems where the first k found no verified trace get K more samples (their training answer is allowed
+   here; nothing at evaluation sees one).
+2. Select the traces the grader accepts against the *training* answer (verify.grade, or tiny.check_steps with
+   --grader steps, which pays no lucky guess): at most --max-traces c per problem, rule --selection all (the
+   first c accepted), distinct (the first c distinct texts) or shortest (the c shortest distinct texts);
+   counts per level are logged and the traces written to traces_N.jsonl.
+3. Distil (System 1): next-token loss on the selected traces with the prompt tokens masked, from pi_r
+   (--distil-from continue, STaR / expert iteration, Zelikman et al. 2022; Anthony et al. 2017) or from pi_0
+   (--distil-from restart, ReST-EM, Singh et al. 2023). The update is train_rl.policy_update (micro-batches,
+   clipping, AdamW step) with advantage 1 on every trace under the CISPO loss: at ratio 1 its weight is 1, so
+   the loss is exactly the token-mean negative log-likelihood -sum(log p) / tokens (tests check the value).
+4. Optional RL (--rl-steps N): train_rl.train from the distilled policy, called as a function.
+5. Evaluate pi_{r+1} in both modes on the validation split with evaluate.evaluate: fast = the common
+   protocol (greedy, one answer, --max-new-tokens); deliberate = majority vote over --eval-samples samples
+   (no ground truth), with pass@k reported as coverage only; per level or subject, mean length, the policy's
+   entropy on its greedy answers, and the round's compute (tokens and model.flops_per_token FLOPs).
+6. pi_{r+1} deliberates in round r + 1 (Thinker, Chung 2024 sec. 5.4: deliberation improves the fast policy
+   and the better fast policy deliberates better).
+
+Row 0 of rounds.jsonl evaluates pi_0; row r >= 1 holds round r's deliberation (by pi_{r-1}), selection,
+distillation, RL and the evaluation of pi_r = round_r/ (Hugging Face layout). A held-out --test-dataset is
+evaluated after the last round only. Resume (--resume): a round is complete once its row is in rounds.jsonl;
+an incomplete round is redone (its deliberation records, written by a policy already on disk, resume in
+evaluate.py; everything after them is recomputed), so the result equals an uninterrupted run.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import cli
+import evaluate as E
+import model as M
+import problems as P
+import sample
+import tiny
+import train_rl as T
+import verify
+from cli import arg
+
+SELECTIONS = ("all", "distinct", "shortest")
+DELIBERATIONS = ("sample", "decompose")
+DISTIL_FROM = ("continue", "restart")
+RESUMABLE = {"rounds", "resume", "device"}  # may change on --resume; every other setting must match
+
+
+@dataclass
+class RoundsConfig:
+    # model and data (the same meaning as in train_rl.py)
+    model: str = arg(M.DEFAULT_MODEL, "pi_0: Hugging Face repo id, local checkpoint directory, or 'tiny'")
+    dataset: str = arg("math_train", "training pool (deliberation and distillation)")
+    subject: str = arg("", "keep only problems of this subject ('' keeps all)")
+    num_problems: int = arg(500, "the first N problems of the pool deliberate each round (0: all)")
+    val_dataset: str = arg("", "validation set (default: carved from the pool, --val-size problems)")
+    val_size: int = arg(200, "validation problems carved from the pool when --val-dataset is not given")
+    val_limit: int = arg(0, "evaluate only the first N validation problems (0: all)")
+    test_dataset: str = arg("", "evaluated after the last round only, never used for a choice ('' skips)")
+    test_limit: int = arg(0, "evaluate only the first N test problems (0: all)")
+    template: str = arg("base", "prompt template: base, chat, chat_think")
+    grader: str = arg("answer", "answer (verify.grade) or steps (tiny.check_steps: the worked lines too)")
+    eval_group_by: str = arg("subject", "accuracy per value of this problem field ('' skips)")
+    # System 2: deliberation on the training pool
+    rounds: int = arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation")
+    samples: int = arg(8, "k: samples per training problem")
+    temperature: float = arg(1.0, "sampling temperature of deliberation and of the deliberate evaluation")
+    top_p: float = arg(1.0, "nucleus sampling mass of the same")
+    max_new_tokens: int = arg(512, "the fast budget: greedy evaluation (the baselines' protocol)")
+    slow_max_new_tokens: int = arg(0, "the deliberation budget per sample (0: --max-new-tokens)")
+    deliberation: str = arg("sample", "sample: k whole samples; decompose (tiny ladder only): each sample is a chain of "
+                                      "calls of the policy on sub-problems of at most --chunk-ops operations")
+    chunk_ops: int = arg(3, "decompose: operations per sub-problem (the rungs the fast policy already solves)")
+    adaptive_samples: int = arg(0, "adaptive k: this many more samples for problems with no verified trace yet (0: off)")
+    # selection
+    selection: str = arg("distinct", "all: first c accepted; distinct: first c distinct texts; shortest: the c shortest")
+    max_traces: int = arg(4, "c: at most this many selected traces per problem")
+    # System 1: distillation
+    distil_from: str = arg("continue", "continue: train pi_r; restart: train pi_0 on round r's traces (ReST-EM)")
+    lr: float = arg(1e-5, "AdamW learning rate of distillation")
+    epochs: int = arg(2, "passes over the selected traces")
+    batch_size: int = arg(32, "traces per distillation update")
+    warmup_steps: int = arg(0, "linear warmup updates of distillation")
+    schedule: str = arg("constant", "distillation lr after warmup: constant, cosine or linear decay to 0")
+    weight_decay: float = arg(0.0, "AdamW weight decay")
+    grad_clip: float = arg(1.0, "max gradient norm (0: no clipping)")
+    micro_batch_tokens: int = arg(4096, "padded tokens per forward/backward micro-batch")
+    # optional RL phase between distillation and evaluation (train_rl.train)
+    rl_steps: int = arg(0, "Dr. GRPO steps from the distilled policy each round (0: none)")
+    rl_lr: float = arg(1e-5, "RL learning rate")
+    rl_problems_per_step: int = arg(16, "RL: problems per step")
+    rl_group_size: int = arg(8, "RL: samples per problem")
+    # evaluation and run
+    eval_samples: int = arg(0, "k of the deliberate evaluation (majority vote, pass@k; 0: --samples)")
+    eval_batch_size: int = arg(64, "problems per generate call")
+    seed: int = arg(0, "seed of deliberation sampling, distillation order and the deliberate evaluation")
+    device: str = arg("", "cuda or cpu (default: cuda when available)")
+    out: str = arg("runs/rounds", "run directory")
+    resume: bool = arg(False, "continue the run in --out: complete rounds are kept, an incomplete one redone")
+
+
+# Settings the tiny world and the ladder bring to every script (train_rl's dicts; the rounds-only ones below).
+SHARED_DEFAULTS = ("dataset", "subject", "val_dataset", "test_dataset", "max_new_tokens", "grader", "eval_group_by")
+TINY_ROUNDS_DEFAULTS = dict(lr=5e-4, epochs=3, batch_size=16, num_problems=250, val_limit=250, test_limit=500)
+
+
+def flag_defaults(first):
+    out = {k: v for k, v in T.flag_defaults(first).items() if k in SHARED_DEFAULTS}
+    if M.is_tiny_world(first.model):
+        out.update(TINY_ROUNDS_DEFAULTS)
+    return out
+
+
+def check_config(cfg):
+    """Refuse settings that cannot run, naming the flag."""
+    for name in ("rounds", "samples", "max_new_tokens", "max_traces", "epochs", "batch_size", "micro_batch_tokens",
+                 "eval_batch_size", "rl_problems_per_step", "rl_group_size"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
+    for name in ("num_problems", "val_limit", "test_limit", "slow_max_new_tokens", "adaptive_samples", "rl_steps", "eval_samples",
+                 "warmup_steps", "lr", "rl_lr", "weight_decay", "grad_clip"):
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.selection not in SELECTIONS:
+        raise ValueError(f"--selection must be one of {', '.join(SELECTIONS)}, got {cfg.selection!r}")
+    if cfg.deliberation not in DELIBERATIONS:
+        raise ValueError(f"--deliberation must be one of {', '.join(DELIBERATIONS)}, got {cfg.deliberation!r}")
+    if cfg.deliberation == "decompose" and (cfg.grader != "steps" or cfg.chunk_ops < 1):
+        raise ValueError("--deliberation decompose splits tiny-world expressions: it needs --grader steps (the tiny "
+                         f"ladder) and --chunk-ops >= 1, got --grader {cfg.grader} --chunk-ops {cfg.chunk_ops}")
+    if cfg.distil_from not in DISTIL_FROM:
+        raise ValueError(f"--distil-from must be one of {', '.join(DISTIL_FROM)}, got {cfg.distil_from!r}")
+    if cfg.grader not in tiny.GRADERS:
+        raise ValueError(f"--grader must be one of {', '.join(tiny.GRADERS)}, got {cfg.grader!r}")
+    if cfg.template not in P.TEMPLATES:
+        raise ValueError(f"--template must be one of {', '.join(P.TEMPLATES)}, got {cfg.template!r}")
+    if cfg.schedule not in T.SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(T.SCHEDULES)}, got {cfg.schedule!r}")
+    if cfg.temperature <= 0 or not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--temperature must be > 0 (deliberation samples) and --top-p in (0, 1], got "
+                         f"{cfg.temperature} and {cfg.top_p}")
+    if (cfg.eval_samples or cfg.samples) < 2:
+        raise ValueError(f"--eval-samples {cfg.eval_samples} (0: --samples {cfg.samples}) must be >= 2: the deliberate "
+                         f"mode votes over k samples")
+
+
+def load_pools(cfg):
+    """(train, val, test) with train_rl's rules (MATH-500 refused in train and val); --val-limit applied."""
+    train, val, test = T.load_pools(cfg)
+    val = val[:cfg.val_limit] if cfg.val_limit else val
+    test = test[:cfg.test_limit] if cfg.test_limit else test
+    if not train or not val:
+        raise ValueError(f"--dataset {cfg.dataset!r} / --val-dataset {cfg.val_dataset!r}: the training pool has "
+                         f"{len(train)} problems and validation {len(val)}; both need at least one")
+    for name, rows in (("training pool", train), ("validation set", val), ("test set", test)):
+        ids = [p["id"] for p in rows]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{name}: problem ids are not unique; every problem needs its own id")
+    return train, val, test
+
+
+# -----------------------------------------------------------------------------
+# 1. Deliberate: k samples per training problem (adaptive k: more where none is verified)
+
+
+def deliberate(policy, tokenizer, train_set, cfg, round_dir, r):
+    """Records (evaluate.py's, one per problem, every sample kept) of k samples per problem, then --adaptive-samples
+    more for the problems with none accepted; the seeds are functions of (--seed, round, pass)."""
+    budget = cfg.slow_max_new_tokens or cfg.max_new_tokens
+    kw = dict(max_new_tokens=budget, batch_size=cfg.eval_batch_size, template=cfg.template, temperature=cfg.temperature,
+              top_p=cfg.top_p, grader=cfg.grader, group_by=cfg.eval_group_by or None)
+    if cfg.deliberation == "decompose":
+        records, summary = decompose(policy, tokenizer, train_set, cfg, round_dir / "deliberate",
+                                     1_000 * (cfg.seed + 1) + r, cfg.samples, cfg.dataset)
+    else:
+        records, summary = E.evaluate(policy, tokenizer, train_set, samples=cfg.samples, seed=1_000 * (cfg.seed + 1) + r,
+                                      out_dir=round_dir / "deliberate", dataset=cfg.dataset, **kw)
+    passes = [summary]
+    if cfg.adaptive_samples:
+        unsolved = [p for p, rec in zip(train_set, records) if n_correct(rec) == 0]
+        if unsolved:
+            extra, s2 = E.evaluate(policy, tokenizer, unsolved, samples=cfg.adaptive_samples,
+                                   seed=1_000 * (cfg.seed + 1) + 500 + r, out_dir=round_dir / "deliberate_adaptive",
+                                   dataset=cfg.dataset, **kw)
+            passes.append(s2)
+            more = {rec["id"]: rec for rec in extra}
+            records = [merge_samples(rec, more[rec["id"]]) if rec["id"] in more else rec for rec in records]
+    return records, passes
+
+
+def expression(start, steps):
+    """A tiny-world problem text from its start value and (op, operand) steps, bracketed as tiny.make_problem
+    brackets it (a product after a sum or difference wraps what came before)."""
+    text, previous = str(start), None
+    for op, b in steps:
+        text = f"({text})" if op == "*" and previous in ("+", "-") else text
+        text, previous = f"{text} {op} {b}", op
+    return text
+
+
+def chunk_sizes(n, chunk):
+    """n operations in ceil(n / chunk) consecutive pieces as equal as possible, larger first: 4 by 3 -> 2, 2."""
+    pieces = -(-n // chunk)
+    return [n // pieces + (i < n % pieces) for i in range(pieces)]
+
+
+def decompose(policy, tokenizer, problems, cfg, out_dir, seed, k, dataset):
+    """Least-to-most deliberation (Zhou et al. 2023) on tiny-world problems: each of k samples solves the
+    problem's operations --chunk-ops at a time, each piece a fresh call of the policy on a sub-problem that
+    starts from the value the previous call boxed; the calls' worked lines are joined into one response, graded
+    as any other. Only the problem text is used (parsed as tiny.chain parses it); the policy writes every
+    line. Each sample lists its calls as [prompt tokens, completion tokens], whose FLOPs are the deliberation's.
+Returns evaluate.py's records (one per problem, k samples) and summary; the records are the cache."""
+    if (out_dir / "summary.json").exists():
+        return E.read_records(out_dir / "records.jsonl")[0], json.loads((out_dir / "summary.json").read_text())
+    t0, budget = time.time(), cfg.slow_max_new_tokens or cfg.max_new_tokens
+    stop = tokenizer.stop_token_ids(chat=cfg.template != "base")
+    parsed = []
+    for p in problems:
+        tokens = tiny.NUMBER_OR_OP.findall(p["problem"])
+        parsed.append((int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))))
+    # state per (problem, sample): the value so far, the steps left, the lines written, tokens and calls made
+    states = [dict(value=str(v), left=steps, head="", lines=[], tokens=0, calls=[], finish="stop", box=None)
+              for v, steps in parsed for _ in range(k)]
+    sizes = [chunk_sizes(len(steps), cfg.chunk_ops) for _, steps in parsed]
+    for j in range(max(len(x) for x in sizes)):
+        live = [i for i, s in enumerate(states) if s["left"] and s["value"] is not None and j < len(sizes[i // k])]
+        prompts, seeds = [], []
+        for i in live:
+            s, n = states[i], sizes[i // k][j]
+            prompts.append(tokenizer.encode(P.format_prompt(expression(s["value"], s["left"][:n]), cfg.template)))
+            seeds.append(((seed * 1_000_003 + i) * 16 + j) % 2**32)  # per (problem, sample, call)
+        outs = sample.generate(policy, prompts, budget, temperature=cfg.temperature, top_p=cfg.top_p, n=1,
+                                 stop_token_ids=stop, seed=seeds, pad_id=tokenizer.pad_id)
+        for i, prompt, c in zip(live, prompts, outs):
+            s, text = states[i], tokenizer.decode(c.tokens)
+            s["left"] = s["left"][sizes[i // k][j]:]
+            s["calls"].append([len(prompt), len(c.tokens)])
+            s["tokens"] += len(c.tokens)
+            lines = [line for line in text.strip().splitlines() if line.strip()]
+            if not s["calls"][:-1]:  # the first call's leading whitespace (the tiny world's newline) opens the response
+                s["head"] = text[:len(text) - len(text.lstrip())]
+            s["box"] = verify.extract_answer(text)
+            s["lines"] += [line for line in lines if "\\boxed" not in line]
+            s["finish"] = c.finish_reason if c.finish_reason == "length" else s["finish"]
+            s["value"] = s["box"] if s["box"] is not None and s["box"].isdigit() else None
+    groups = [[dict(response=s["head"] + "\n".join(s["lines"] + ([f"\\boxed{{{s['box']}}}"] if s["box"] is not None else [])),
+                    completion_tokens=s["tokens"], finish_reason=s["finish"], calls=s["calls"])
+               for s in states[i * k:(i + 1) * k]] for i in range(len(problems))]
+    prompt_tokens = [len(tokenizer.encode(P.format_prompt(p["problem"], cfg.template))) for p in problems]
+    records = E.grade_records(problems, prompt_tokens, groups, group_by=cfg.eval_group_by or None, grader=cfg.grader)
+    for rec, group in zip(records, groups):  # grade_records keeps the fields it knows; the calls too
+        for graded, g in zip(E.samples_of(rec), group):
+            graded["calls"] = g["calls"]
+    settings = dict(model=policy.name_or_path, dataset=dataset, mode="decompose", chunk_ops=cfg.chunk_ops, samples=k,
+                    temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=budget, grader=cfg.grader,
+                    group_by=cfg.eval_group_by or None)
+    summary = E.summarize(records, settings, wall_time=time.time() - t0)
+    summary["inference_flops"] = decompose_flops(policy.config, records)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    E.write_json(out_dir / "settings.json", settings)
+    write_jsonl(out_dir / "records.jsonl", records)
+    E.write_json(out_dir / "summary.json", summary)
+    return records, summary
+
+
+def decompose_flops(config, records):
+    """Inference FLOPs of decomposed samples: every call's prefill and decoding (evaluate.inference_flops)."""
+    calls = [dict(prompt_tokens=p, samples=[dict(completion_tokens=c)])
+             for r in records for s in E.samples_of(r) for p, c in s["calls"]]
+    return E.inference_flops(config, calls)
+
+
+def n_correct(record):
+    return sum(s["correct"] for s in E.samples_of(record))
+
+
+def merge_samples(first, extra):
+    """One record with the samples of both passes (the extra ones marked), counts updated."""
+    samples = E.samples_of(first) + [dict(s, adaptive=True) for s in E.samples_of(extra)]
+    return dict(first, samples=samples, n_correct=sum(s["correct"] for s in samples))
+
+
+# -----------------------------------------------------------------------------
+# 2. Select verified traces
+
+
+def select_traces(record, rule, cap):
+    """The samples of one record to distil: accepted by the grader (against the training answer) and ended by
+    the stop token, at most `cap` of them: `all` the first accepted, `distinct` the first distinct texts,
+    `shortest` the shortest distinct texts (ties: the one sampled first)."""
+    ok = [s for s in E.samples_of(record) if s["correct"] and s["finish_reason"] == "stop"]
+    if rule != "all":
+        seen, unique = set(), []
+        for s in ok:
+            if s["response"] not in seen:
+                seen.add(s["response"])
+                unique.append(s)
+        ok = sorted(unique, key=lambda s: s["completion_tokens"]) if rule == "shortest" else unique
+    return ok[:cap]
+
+
+def traces_for_round(records, cfg, r, tokenizer):
+    """Rows of traces_N.jsonl: one per selected trace; target_tokens is what distillation trains on (the
+    response re-encoded plus the stop token)."""
+    return [dict(round=r, id=rec["id"], level=rec.get("level"), subject=rec.get("subject"),
+                 prompt_tokens=rec["prompt_tokens"], completion_tokens=s["completion_tokens"],
+                 target_tokens=len(tokenizer.encode(s["response"])) + 1, adaptive=bool(s.get("adaptive")),
+                 response=s["response"])
+            for rec in records for s in select_traces(rec, cfg.selection, cfg.max_traces)]
+
+
+# -----------------------------------------------------------------------------
+# 3. Distil: next-token loss on the traces, prompt masked, through train_rl.policy_update
+
+
+def trace_rows(traces, problems_by_id, tokenizer, template):
+    """policy_update's rows: prompt ids, completion ids (the response re-encoded, then the stop token, so the
+    model learns to stop), advantage 1; sampler log-probs are unused (no importance weights) and set to 0."""
+    eos = tokenizer.stop_token_ids(chat=template != "base")[0]
+    rows = []
+    for t in traces:
+        tokens = tokenizer.encode(t["response"]) + [eos]
+        rows.append(dict(prompt=tokenizer.encode(P.format_prompt(problems_by_id[t["id"]]["problem"], template)),
+                         tokens=tokens, sampler_logprobs=[0.0] * len(tokens), advantage=1.0))
+    return rows
+
+
+def distil_config(cfg, n_updates):
+    """train_rl's Config for the update: CISPO's loss at ratio 1 with advantage 1 is the token-mean NLL."""
+    return T.Config(objective="cispo", lr=cfg.lr, warmup_steps=cfg.warmup_steps, schedule=cfg.schedule,
+                    steps=max(1, n_updates), grad_clip=cfg.grad_clip, weight_decay=cfg.weight_decay,
+                    micro_batch_tokens=cfg.micro_batch_tokens, epochs_per_batch=1, tis_cap=0.0, kl_coef=0.0)
+
+
+def distil(policy, rows, cfg, r, device, pad_id):
+    """--epochs passes over the rows in a seeded order, --batch-size rows per AdamW update; returns the mean
+    NLL of each update and the completion tokens trained on."""
+    n_updates = cfg.epochs * -(-len(rows) // cfg.batch_size)
+    dcfg = distil_config(cfg, n_updates)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    losses, tokens, update = [], 0, 0
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed((cfg.seed * 1_009 + r) * 1_009 + epoch))
+        for start in range(0, len(rows), cfg.batch_size):
+            batch = [rows[i] for i in order[start:start + cfg.batch_size].tolist()]
+            for group in optimizer.param_groups:
+                group["lr"] = T.lr_at(update, dcfg)
+            stats = T.policy_update(policy, None, optimizer, batch, len(batch), sum(len(b["tokens"]) for b in batch),
+                                    dcfg, device, pad_id)
+            losses.append(stats["loss"])
+            tokens += stats["tokens"]
+            update += 1
+    return losses, tokens
+
+
+def training_flops(config, traces, epochs):
+    """Training FLOPs of distillation (train_rl's accounting): completion tokens x epochs x the training FLOPs
+    per token at the mean context (prompt + half the target)."""
+    if not traces:
+        return 0, 0.0
+    tokens = sum(t["target_tokens"] for t in traces) * epochs
+    context = (sum(t["prompt_tokens"] for t in traces) + sum(t["target_tokens"] for t in traces) / 2) / len(traces)
+    return tokens, tokens * M.flops_per_token(config, context, training=True)
+
+
+# -----------------------------------------------------------------------------
+# 4. Optional RL phase: train_rl.train from the distilled checkpoint
+
+
+def rl_phase(cfg, round_dir, r):
+    """Dr. GRPO for --rl-steps from round_dir (its run in round_dir/rl); returns the run's final checkpoint and
+    its compute (the run's last logged totals)."""
+    run = round_dir / "rl"
+    rcfg = T.Config(model=str(round_dir / "distilled"), dataset=cfg.dataset, subject=cfg.subject,
+                    num_problems=cfg.num_problems, val_dataset=cfg.val_dataset, val_size=cfg.val_size, test_dataset="",
+                    template=cfg.template, objective="drgrpo", steps=cfg.rl_steps,
+                    problems_per_step=cfg.rl_problems_per_step, group_size=cfg.rl_group_size,
+                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, grader=cfg.grader, lr=cfg.rl_lr,
+                    save_every=0, eval_every=0, seed=cfg.seed * 1_009 + r, device=cfg.device, out=str(run),
+                    resume=(run / "metrics.jsonl").exists() and any((run / "checkpoints").glob("step_*")))
+    if not rcfg.resume:
+        shutil.rmtree(run, ignore_errors=True)
+    T.train(rcfg)
+    last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()][-1]
+    return run / "final", dict(rl_steps=cfg.rl_steps, rl_generated_tokens=last.get("generated_tokens", 0),
+                               rl_training_tokens=last.get("training_tokens", 0), rl_flops=last.get("flops", 0.0))
+
+
+# -----------------------------------------------------------------------------
+# 5. Evaluate both modes; rows of rounds.jsonl
+
+
+def evaluate_modes(policy, tokenizer, problems, cfg, out_dir, dataset):
+    """Fast (greedy, one answer, the fast budget) and deliberate (majority vote over k samples) records and
+    summaries, through evaluate.evaluate."""
+    kw = dict(batch_size=cfg.eval_batch_size, template=cfg.template, grader=cfg.grader, dataset=dataset,
+              group_by=cfg.eval_group_by or None)
+    fast = E.evaluate(policy, tokenizer, problems, cfg.max_new_tokens, out_dir=out_dir / "fast", **kw)
+    k = cfg.eval_samples or cfg.samples
+    if cfg.deliberation == "decompose":  # System 2 at evaluation is the same procedure, then the vote
+        return fast, decompose(policy, tokenizer, problems, cfg, out_dir / "deliberate", cfg.seed, k, dataset)
+    slow = E.evaluate(policy, tokenizer, problems, cfg.slow_max_new_tokens or cfg.max_new_tokens, samples=k,
+                      temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed, out_dir=out_dir / "deliberate", **kw)
+    return fast, slow
+
+
+@torch.no_grad()
+def greedy_entropy(policy, tokenizer, problems_by_id, records, template, device, micro_batch_tokens=4096):
+    """Mean per-token entropy (nats) of the policy's next-token distribution along its own greedy answers."""
+    rows = trace_rows([dict(id=r["id"], response=r["response"]) for r in records], problems_by_id, tokenizer, template)
+    total, count = 0.0, 0
+    for batch in T.micro_batches(rows, micro_batch_tokens):
+        ids, mask, _ = T.to_tensors(batch, tokenizer.pad_id, device)
+        _, entropy = M.token_logprobs(policy, ids)
+        total += float((entropy.float() * mask).sum())
+        count += int(mask.sum())
+    return total / max(count, 1)
+
+
+def per_group(summary):
+    return {k: v["accuracy"] for k, v in summary.get("per_group", {}).items()}
+
+
+def mode_fields(prefix, summary):
+    """The rounds.jsonl fields of one evaluation, all from its summary (itself computed from the records)."""
+    out = {f"{prefix}_accuracy": summary["accuracy"], f"{prefix}_ci95": summary["ci95"], f"{prefix}_n": summary["n"],
+           f"{prefix}_by_group": per_group(summary), f"{prefix}_length_mean": summary["completion_tokens_mean"],
+           f"{prefix}_tokens": summary["completion_tokens_total"], f"{prefix}_flops": summary["inference_flops"]}
+    if "pass_at_k" in summary:
+        out[f"{prefix}_pass_at_k"] = summary["pass_at_k"]
+    return out
+
+
+def deliberation_fields(records, passes, traces, group_by):
+    """Deliberation and selection fields of a row, from the deliberation records and the selected traces."""
+    def count_by(rows, key):
+        out = {}
+        for x in rows:
+            out[str(x.get(key))] = out.get(str(x.get(key)), 0) + 1
+        return dict(sorted(out.items()))
+    solved = [r for r in records if n_correct(r) > 0]
+    return dict(deliberation_problems=len(records), deliberation_samples=sum(p["samples_total"] for p in passes),
+                deliberation_tokens=sum(p["completion_tokens_total"] or 0 for p in passes),
+                deliberation_flops=sum(p["inference_flops"] or 0.0 for p in passes),
+                adaptive_problems=passes[1]["n"] if len(passes) > 1 else 0,
+                deliberation_solved=len(solved), deliberation_solved_by_group=count_by(solved, group_by or "level"),
+                selected_traces=len(traces), selected_by_group=count_by(traces, group_by or "level"),
+                selected_adaptive=sum(t["adaptive"] for t in traces),
+                selected_length_mean=sum(t["completion_tokens"] for t in traces) / len(traces) if traces else None)
+
+
+# -----------------------------------------------------------------------------
+# The rounds
+
+
+def read_rows(path):
+    """The complete rows of rounds.jsonl (a partial last line from a killed run is dropped)."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    complete = data[:data.rfind(b"\n") + 1]
+    if len(complete) < len(data):
+        path.write_bytes(complete)
+    return [json.loads(line) for line in complete.decode().splitlines() if line.strip()]
+
+
+def start_run(cfg, out):
+    """Write config.json, or check it on --resume; returns the complete rows."""
+    rows_path, config_path = out / "rounds.jsonl", out / "config.json"
+    if cfg.resume:
+        if not config_path.exists():
+            raise FileNotFoundError(f"--resume: {config_path} not found; nothing to resume")
+        saved = json.loads(config_path.read_text())
+        diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
+                if k not in RESUMABLE and saved.get(k) != v}
+        if diff:
+            raise ValueError(f"--resume: settings differ from {config_path} (saved, now): {diff}")
+    elif rows_path.exists() or config_path.exists():
+        raise FileExistsError(f"{out} already holds a rounds run; pass --resume to continue it or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    E.write_json(config_path, dict(dataclasses.asdict(cfg), code_version=T.code_version()))
+    return read_rows(rows_path)
+
+
+def load_policy(path, device):
+    """(fp32 policy to train, the model to sample from: itself on CPU, a bf16 copy on CUDA), named by path."""
+    policy = M.load_model(path, dtype=torch.float32, device=device)
+    rollout = T.make_rollout_model(policy, device)
+    rollout.name_or_path = policy.name_or_path = str(path)
+    return policy, rollout
+
+
+def run_round(r, cfg, out, pools, tokenizer, device, rows):
+    """Round r >= 1: pi_{r-1} deliberates, traces are selected and distilled into pi_r, saved as round_r/."""
+    train_set, val_set = pools
+    t0, round_dir = time.time(), out / f"round_{r}"
+    for stale in ("eval", "distilled", "rl", "model.safetensors"):  # what pi_r made before an interruption is redone
+        shutil.rmtree(round_dir / stale, ignore_errors=True) if stale != "model.safetensors" else \
+            (round_dir / stale).unlink(missing_ok=True)
+    _, sampler = load_policy(out / f"round_{r - 1}", device)
+    records, passes = deliberate(sampler, tokenizer, train_set, cfg, round_dir, r)
+    traces = traces_for_round(records, cfg, r, tokenizer)
+    write_jsonl(out / f"traces_{r}.jsonl", traces)
+    policy, _ = load_policy(out / ("round_0" if cfg.distil_from == "restart" else f"round_{r - 1}"), device)
+    by_id = {p["id"]: p for p in train_set}
+    losses, trained = distil(policy, trace_rows(traces, by_id, tokenizer, cfg.template), cfg, r, device,
+                             tokenizer.pad_id) if traces else ([], 0)
+    train_tokens, train_flops = training_flops(policy.config, traces, cfg.epochs)
+    assert trained == train_tokens, (trained, train_tokens)  # the accounting counts what was trained on
+    row = dict(round=r, **deliberation_fields(records, passes, traces, cfg.eval_group_by),
+               distil_from=cfg.distil_from, distil_updates=len(losses), distil_loss_first=losses[0] if losses else None,
+               distil_loss_last=losses[-1] if losses else None, training_tokens=train_tokens, training_flops=train_flops,
+               rl_steps=0, rl_generated_tokens=0, rl_training_tokens=0, rl_flops=0.0)
+    if cfg.rl_steps:
+        M.save_model(policy, round_dir / "distilled", tokenizer)
+        final, rl = rl_phase(cfg, round_dir, r)
+        policy = M.load_model(final, dtype=torch.float32, device=device)
+        row.update(rl)
+    save_policy(policy, round_dir, tokenizer)
+    return finish_row(row, r, cfg, out, val_set, tokenizer, device, rows, t0)
+
+
+def save_policy(policy, round_dir, tokenizer):
+    """round_N/ in Hugging Face layout; the deliberation records beside it are kept (a resume reuses them)."""
+    tmp = round_dir.with_name(f".{round_dir.name}.model")
+    M.save_model(policy, tmp, tokenizer)
+    round_dir.mkdir(parents=True, exist_ok=True)
+    for f in tmp.iterdir():
+        os.replace(f, round_dir / f.name)
+    tmp.rmdir()
+
+
+def finish_row(row, r, cfg, out, val_set, tokenizer, device, rows, t0):
+    """Evaluate pi_r in both modes and append row r to rounds.jsonl (the round is complete from then on)."""
+    policy, sampler = load_policy(out / f"round_{r}", device)
+    (fast_records, fast), (_, slow) = evaluate_modes(sampler, tokenizer, val_set, cfg, out / f"round_{r}" / "eval",
+                                                     cfg.val_dataset or cfg.dataset)
+    row.update(mode_fields("fast", fast), **mode_fields("deliberate", slow))
+    row["entropy"] = greedy_entropy(policy, tokenizer, {p["id"]: p for p in val_set}, fast_records, cfg.template, device,
+                                    cfg.micro_batch_tokens)
+    row["round_flops"] = row.get("deliberation_flops", 0.0) + row.get("training_flops", 0.0) + row.get("rl_flops", 0.0)
+    row["cumulative_flops"] = row["round_flops"] + (rows[-1]["cumulative_flops"] if rows else 0.0)
+    row["seconds"] = time.time() - t0
+    E.append_records(out / "rounds.jsonl", [row])
+    print_row(row, cfg)
+    return row
+
+
+def write_jsonl(path, rows):
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
+    os.replace(tmp, path)
+
+
+def print_row(row, cfg):
+    k = cfg.eval_samples or cfg.samples
+    groups = " ".join(f"{g}:{row['fast_by_group'][g]:.2f}/{row['deliberate_by_group'].get(g, 0):.2f}"
+                      for g in row["fast_by_group"])
+    print(f"round {row['round']} | fast {row['fast_accuracy']:.3f} | deliberate@{k} {row['deliberate_accuracy']:.3f} | "
+          f"pass@{k} {row['deliberate_pass_at_k'][f'pass@{k}']:.3f} | fast/deliberate per group {groups} | "
+          f"selected {row.get('selected_traces', '-')} {row.get('selected_by_group', '')} | "
+          f"len {row['fast_length_mean']:.0f} | {row['cumulative_flops']:.3g} FLOPs | {row['seconds']:.0f} s", flush=True)
+
+
+def run(cfg):
+    check_config(cfg)
+    out = Path(cfg.out)
+    pools = load_pools(cfg)  # bad data fail before the run directory is written
+    M.resolve_model_dir(cfg.model)
+    rows = start_run(cfg, out)
+    device = cfg.device or M.default_device()
+    torch.manual_seed(cfg.seed)
+    tokenizer = M.load_tokenizer(cfg.model)
+    print(json.dumps(dataclasses.asdict(cfg)))
+    print(f"rounds: {len(pools[0])} training problems ({cfg.dataset}), validation {len(pools[1])}, device {device}")
+    if not rows:
+        save_policy(M.load_model(cfg.model, dtype=torch.float32, device=device), out / "round_0", tokenizer)
+        rows.append(finish_row(dict(round=0), 0, cfg, out, pools[1], tokenizer, device, rows, time.time()))
+    for r in range(len(rows), cfg.rounds + 1):
+        rows.append(run_round(r, cfg, out, pools[:2], tokenizer, device, rows))
+    test = pools[2]
+    if test:  # the held-out test split: evaluated once, at the end, never used for a choice
+        _, sampler = load_policy(out / f"round_{cfg.rounds}", device)
+        (_, fast), (_, slow) = evaluate_modes(sampler, tokenizer, test, cfg, out / "test", cfg.test_dataset)
+        E.write_json(out / "test.json", dict(round=cfg.rounds, **mode_fields("fast", fast),
+                                             **mode_fields("deliberate", slow)))
+        print(f"test ({cfg.test_dataset}, round {cfg.rounds}): fast {fast['accuracy']:.3f}, "
+              f"deliberate {slow['accuracy']:.3f}")
+    print(f"done: {out}")
+    return rows
+
+
+def main(argv=None):
+    torch.set_num_threads(int(os.environ.get("ROUNDS_THREADS", "1")))
+    return run(cli.parse_config(RoundsConfig, argv, __doc__.split("\n\n")[0], defaults=flag_defaults))
+
+
+if __name__ == "__main__":
+    cli.run_main(main, "rounds.py")

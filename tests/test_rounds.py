@@ -1,0 +1,186 @@
+"""rounds.py: selection and masking by hand, one tiny round learning, rows recomputed from the records, resume
+after an interrupted round, bad flags and pools."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate as E
+import model as M
+import problems as P
+import rounds as R
+import tiny
+import train_rl as T
+from conftest import make_char_model
+
+# A small run on the tiny world's 2-3 operation problems (the step grader works there too): fast enough for the
+# suite, with room to learn (the committed checkpoint answers most 3-operation problems bare).
+SMALL = ["--model", "tiny", "--dataset", "tiny_train", "--val-dataset", "tiny_val", "--num-problems", "48",
+         "--val-limit", "24", "--grader", "steps", "--samples", "4", "--eval-samples", "2", "--max-new-tokens", "64",
+         "--lr", "5e-4", "--epochs", "3", "--batch-size", "8", "--test-dataset", "", "--device", "cpu"]
+
+
+def sample(text, correct=True, tokens=None, finish="stop"):
+    return dict(response=text, correct=correct, completion_tokens=tokens or len(text), finish_reason=finish)
+
+
+def test_selection_rules_by_hand():
+    record = dict(id="a", samples=[sample("long one", tokens=9), sample("x", correct=False), sample("mid", tokens=4),
+                                   sample("long one", tokens=9), sample("cut", finish="length"), sample("ab", tokens=2)])
+    texts = lambda rule, cap: [s["response"] for s in R.select_traces(record, rule, cap)]
+    assert texts("all", 10) == ["long one", "mid", "long one", "ab"]  # wrong and truncated samples never
+    assert texts("all", 2) == ["long one", "mid"]
+    assert texts("distinct", 10) == ["long one", "mid", "ab"]
+    assert texts("distinct", 2) == ["long one", "mid"]
+    assert texts("shortest", 2) == ["ab", "mid"]
+    assert R.select_traces(dict(id="b", response="z", correct=True, completion_tokens=1, finish_reason="stop"),
+                           "all", 4)[0]["response"] == "z"  # a one-sample record is its own sample
+
+
+def test_prompt_masked_and_loss_is_the_token_mean_nll(tmp_path):
+    path = make_char_model(tmp_path / "m")
+    tok, net = M.load_tokenizer(path), M.load_model(path, dtype=torch.float32, device="cpu")
+    problems = {"a": dict(id="a", problem="1 + 2"), "b": dict(id="b", problem="30 - 4 + 5")}
+    rows = R.trace_rows([dict(id="a", response="1 + 2 = 3"), dict(id="b", response="ok")], problems, tok, "base")
+    prompt_a = tok.encode(P.format_prompt("1 + 2", "base"))
+    assert rows[0]["prompt"] == prompt_a and rows[0]["tokens"] == tok.encode("1 + 2 = 3") + [tok.eos_id]
+    ids, mask, _ = T.to_tensors(rows, tok.pad_id, "cpu")
+    # row a: targets ids[1:]; exactly the completion's 10 targets (9 characters + the stop token) are unmasked
+    assert mask[0].tolist() == [0.0] * (len(prompt_a) - 1) + [1.0] * 10 + [0.0] * (ids.shape[1] - 1 - len(prompt_a) - 9)
+    # the distillation update's loss is -sum(log p(target)) / targets over the completion tokens only, by hand
+    with torch.no_grad():
+        logits = net(ids)[:, :-1].log_softmax(-1)
+        logp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    want = -float((logp * mask).sum() / mask.sum())
+    cfg = R.RoundsConfig(lr=0.0, batch_size=2, epochs=1)
+    losses, tokens = R.distil(net, rows, cfg, 1, "cpu", tok.pad_id)
+    assert tokens == int(mask.sum()) == 10 + 3 and losses[0] == pytest.approx(want, rel=1e-5)
+
+
+def test_decomposition_pieces_by_hand():
+    assert [R.chunk_sizes(n, 3) for n in (2, 3, 4, 5, 6)] == [[2], [3], [2, 2], [3, 2], [3, 3]]
+    assert R.expression(68, [("-", "52"), ("+", "63"), ("*", "4"), ("-", "16")]) == "(68 - 52 + 63) * 4 - 16"
+    for p in P.load_problems("tiny_ladder_val"):  # the generator's own texts, rebuilt from their parsed steps
+        tokens = tiny.NUMBER_OR_OP.findall(p["problem"])
+        assert R.expression(int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))) == p["problem"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rounds") / "run"
+    rows = R.main(SMALL + ["--rounds", "1", "--out", str(out)])
+    return out, rows
+
+
+def test_one_round_raises_fast_accuracy(small_run):
+    _, rows = small_run
+    assert [r["round"] for r in rows] == [0, 1]
+    assert rows[1]["selected_traces"] > 0
+    assert rows[1]["fast_accuracy"] > rows[0]["fast_accuracy"] + 0.2, [r["fast_accuracy"] for r in rows]
+
+
+def test_rows_equal_their_recomputation_from_the_records(small_run):
+    out, rows = small_run
+    saved = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    assert saved == json.loads(json.dumps(rows))
+    cfg = R.RoundsConfig(**{k: v for k, v in json.loads((out / "config.json").read_text()).items()
+                            if k != "code_version"})
+    val = P.load_problems("tiny_val")[:cfg.val_limit]
+    cumulative = 0.0
+    for row in saved:
+        r, d = row["round"], out / f"round_{row['round']}"
+        again = {}
+        for mode in ("fast", "deliberate"):
+            settings = json.loads((d / "eval" / mode / "settings.json").read_text())
+            records = E.read_records(d / "eval" / mode / "records.jsonl")[0]
+            again.update(R.mode_fields(mode, E.summarize(records, settings, M.load_model(d).config)))
+        if r:
+            records = E.read_records(d / "deliberate" / "records.jsonl")[0]
+            settings = json.loads((d / "deliberate" / "settings.json").read_text())
+            traces = [json.loads(x) for x in (out / f"traces_{r}.jsonl").read_text().splitlines()]
+            tok = M.load_tokenizer(d)
+            assert traces == R.traces_for_round(records, cfg, r, tok)
+            passes = [E.summarize(records, settings, M.load_model(out / f"round_{r - 1}").config)]
+            again.update(R.deliberation_fields(records, passes, traces, cfg.eval_group_by))
+            again["training_tokens"], again["training_flops"] = R.training_flops(M.load_model(d).config, traces,
+                                                                                 cfg.epochs)
+        policy, tok = M.load_model(d, dtype=torch.float32, device="cpu"), M.load_tokenizer(d)
+        fast = E.read_records(d / "eval" / "fast" / "records.jsonl")[0]
+        again["entropy"] = R.greedy_entropy(policy, tok, {p["id"]: p for p in val}, fast, "base", "cpu")
+        again["round_flops"] = again.get("deliberation_flops", 0.0) + again.get("training_flops", 0.0)
+        cumulative += again["round_flops"]
+        again["cumulative_flops"] = cumulative
+        for k, v in json.loads(json.dumps(again)).items():
+            assert row[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), k
+
+
+def test_resume_after_an_interrupted_round_gives_identical_weights(small_run, tmp_path, monkeypatch):
+    full, _ = small_run
+    out = tmp_path / "run"
+    real = R.distil
+
+    def killed_in_round_1(policy, rows, cfg, r, device, pad_id):
+        if r == 1:
+            raise KeyboardInterrupt  # as kill -9 would, after round 1's deliberation is on disk
+        return real(policy, rows, cfg, r, device, pad_id)
+
+    monkeypatch.setattr(R, "distil", killed_in_round_1)
+    with pytest.raises(KeyboardInterrupt):
+        R.main(SMALL + ["--rounds", "1", "--out", str(out)])
+    monkeypatch.setattr(R, "distil", real)
+    records = out / "round_1" / "deliberate" / "records.jsonl"
+    data = records.read_bytes()
+    records.write_bytes(data[:len(data) - 40])  # a partial last line, as a kill mid-write leaves
+    with open(out / "rounds.jsonl", "ab") as f:
+        f.write(b'{"round": 1, "fast_acc')  # and half a row
+    with pytest.raises(FileExistsError):
+        R.main(SMALL + ["--rounds", "1", "--out", str(out)])  # no silent overwrite without --resume
+    with pytest.raises(ValueError, match="lr"):
+        R.main(SMALL + ["--rounds", "1", "--out", str(out), "--resume", "--lr", "1e-4"])
+    rows = R.main(SMALL + ["--rounds", "1", "--out", str(out), "--resume"])
+    assert (out / "round_1" / "model.safetensors").read_bytes() == (full / "round_1" / "model.safetensors").read_bytes()
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
+    saved = [json.loads(x) for x in (full / "rounds.jsonl").read_text().splitlines()]
+    assert drop(rows) == drop(saved)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--selection", "best"], "--selection"), (["--samples", "0"], "--samples"),
+    (["--distil-from", "scratch"], "--distil-from"), (["--temperature", "0"], "--temperature"),
+    (["--samples", "1", "--eval-samples", "0"], "--eval-samples"), (["--max-traces", "0"], "--max-traces"),
+    (["--grader", "judge"], "--grader"), (["--adaptive-samples", "-1"], "--adaptive-samples"),
+])
+def test_bad_flags_name_the_flag(flags, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        R.main(SMALL + ["--out", str(tmp_path / "x")] + flags)
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_pools_are_refused(tmp_path):
+    leak = json.loads(Path(P.dataset_path("math500")).read_text().splitlines()[0])
+    (tmp_path / "leak.jsonl").write_text(json.dumps(dict(leak, id="mine/1")) + "\n")
+    with pytest.raises(ValueError, match="held-out"):
+        R.main(SMALL + ["--dataset", str(tmp_path / "leak.jsonl"), "--out", str(tmp_path / "a")])
+    row = dict(id="dup", source="t", problem="1 + 2", answer="3")
+    (tmp_path / "dup.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(dict(row, problem="2 + 2", answer="4")) + "\n")
+    with pytest.raises(ValueError, match="not unique"):
+        R.main(SMALL + ["--dataset", str(tmp_path / "dup.jsonl"), "--out", str(tmp_path / "b")])
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        R.main(SMALL + ["--out", str(tmp_path / "c"), "--resume"])
+    assert not any((tmp_path / n).exists() for n in "abc")
+
+
+def test_decomposed_round_with_an_rl_phase_runs_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    rows = R.main(["--model", "tiny", "--dataset", "tiny_ladder_train", "--num-problems", "10", "--val-limit", "5",
+                   "--samples", "2", "--deliberation", "decompose", "--rounds", "1", "--rl-steps", "1",
+                   "--rl-problems-per-step", "2", "--rl-group-size", "2", "--test-dataset", "", "--device", "cpu",
+                   "--out", str(out)])
+    records = E.read_records(out / "round_1" / "deliberate" / "records.jsonl")[0]
+    level_4 = next(r for r in records if r["level"] == 4)
+    assert [len(s["calls"]) for s in level_4["samples"]] == [2, 2]  # 4 operations in two calls of 2
+    assert all(s["response"].startswith("\n") for r in records for s in r["samples"])  # the tiny world's opening
+    assert rows[1]["rl_steps"] == 1 and rows[1]["rl_flops"] > 0 and (out / "round_1" / "rl" / "final").is_dir()
+    assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(M.load_model("tiny").config, records))
