@@ -205,12 +205,7 @@ def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None,
     problem field copied into the record (source, subject and level always are). `grader` 'steps' is the
     tiny ladder's rule (tiny.check_steps: the worked lines must be the problem's chain)."""
     responses = [s["response"] for group in samples for s in group]
-    rows = [p for p, group in zip(problems, samples) for _ in group]
-    refs = [p["answer"] for p in rows]
-    if grader == "steps":
-        correct, rewards = tiny.grade_steps_batch(responses, rows)
-    else:
-        correct, rewards = verify.grade_batch(responses, refs), verify.reward_batch(responses, refs)
+    correct, rewards = tiny.grade_with(grader, responses, [p for p, group in zip(problems, samples) for _ in group])
     records, i = [], 0
     for p, n_prompt, group in zip(problems, prompt_tokens, samples):
         graded = []

@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 import model as qwen
+import verify
 from cli import arg, parse_config, run_main
 from problems import format_prompt
 from sample import generate
@@ -170,6 +171,15 @@ def grade_steps_batch(responses, problems, format_penalty=0.2):
     rewards = [1.0 if ok else -format_penalty if extract_answer(r) is None else 0.0
                for ok, r in zip(correct, responses)]
     return correct, rewards
+
+
+def grade_with(grader, responses, problems, format_penalty=0.2):
+    """(correct, rewards) under a grader (GRADERS): 'answer' is verify's (the final answer), 'steps' the
+    ladder's (the worked lines too). The one dispatch for the RL reward and for evaluation."""
+    if grader == "steps":  # a right answer without the problem's steps earns nothing
+        return grade_steps_batch(responses, problems, format_penalty)
+    refs = [p["answer"] for p in problems]
+    return verify.grade_batch(responses, refs), verify.reward_batch(responses, refs, format_penalty=format_penalty)
 
 
 # -----------------------------------------------------------------------------

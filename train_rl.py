@@ -346,12 +346,8 @@ def collect_rollouts(policy, tokenizer, batch, cfg, seeds):
 
 def score_rollouts(rollouts, cfg):
     """Grade each rollout and set its reward: correctness, minus the format and overlong penalties."""
-    texts, refs = [r["text"] for r in rollouts], [r["problem"]["answer"] for r in rollouts]
-    if cfg.grader == "steps":  # the tiny ladder's rule: a right answer without the problem's steps earns nothing
-        correct, rewards = tiny.grade_steps_batch(texts, [r["problem"] for r in rollouts], cfg.format_penalty)
-    else:
-        correct = verify.grade_batch(texts, refs)
-        rewards = verify.reward_batch(texts, refs, format_penalty=cfg.format_penalty)
+    correct, rewards = tiny.grade_with(cfg.grader, [r["text"] for r in rollouts], [r["problem"] for r in rollouts],
+                                       cfg.format_penalty)
     for r, c, w in zip(rollouts, correct, rewards):
         shaped = w + overlong_penalty(len(r["tokens"]), cfg.max_new_tokens, cfg.overlong_buffer)
         r.update(correct=bool(c), reward=float(shaped), boxed=verify.extract_answer(r["text"]) is not None)
