@@ -2,7 +2,8 @@
 Bands: where a model's frontier sits on a problem pool, and the training pool built from it.
 
     python bands.py --model M --dataset aime24 --dataset amc23 -k 8 --temperature 1.0 --out runs/bands/M
-    python bands.py compare runs/bands/A runs/bands/B      # 3x3 table of bands, problems matched by id
+    python bands.py compare runs/bands/A runs/bands/B      # 3x3 table of bands, problems matched by id, and the
+                                                           # band changes expected from sampling noise alone
     python bands.py table -k 8                               # P(mixed) for a group of 8
 
 Group-relative RL (GRPO, Dr. GRPO) learns only from groups whose rewards differ: when all G samples of a
@@ -18,14 +19,26 @@ problems near the middle of the model's ability, not more exploration.
 
 Outputs in --out DIR, next to evaluate.py's settings.json, records.jsonl (all k samples) and summary.json:
     bands.jsonl          one row per problem: id, source, group, n_correct of k, band, completion length mean
-                         and std, finish reasons, distinct answers
-    bands_summary.json   band counts overall and per group, the histogram of correct counts, the mixed count
-                         expected if all problems were equally hard, pool sizes, settings
+                         and std, finish reasons, distinct answers, dispersion (evaluate.embedding_dispersion:
+                         mean pairwise cosine distance of the k completions in the model's own embeddings)
+    bands_summary.json   band counts and mean dispersion overall and per group, the mean dispersion per band,
+                         the histogram of correct counts, the mixed count expected if all problems were equally
+                         hard, pool sizes, settings
     heldout.jsonl        --heldout-per-group problems of each group, chosen by a seeded hash of their id
     mixed_pool.jsonl     the mixed problems that are not held out: `train_rl.py --dataset DIR/mixed_pool.jsonl`
     full_pool.jsonl      every problem that is not held out (the unfiltered control pool)
 Every pool is checked against MATH-500 (problems.check_held_out). Rerunning the same command resumes: the
 finished problems are read back from records.jsonl, and the band files are rewritten from all records.
+
+Compare: two runs on one pool (two models, or one model with another --seed or -k) tabulated band against
+band. Beside the observed number of problems that change band it gives the number sampling noise alone would
+give: each problem at its pooled pass rate p = (c_A + c_B) / (k_A + k_B), each run an independent
+Binomial(k, p) count put in a band by band(), so a problem changes band with probability
+q = 1 - sum_b P_A(b) P_B(b), and the count of changes is a sum of independent Bernoullis (Poisson binomial:
+mean sum q, variance sum q(1 - q), exact distribution by the recursion in Hong 2013). Excess changes over that
+are movement of the pass rates. It is a plug-in estimate: a problem at 0 of k in both runs counts as p = 0
+and can never change, though its true rate may be small and not zero. Runs of one model with the same --seed
+share their draws (sample j of a problem is the same in both), so they are not independent; compare says so.
 """
 
 import argparse
@@ -73,6 +86,30 @@ def binomial_histogram(n, p, k):
     return [n * math.comb(k, c) * p**c * (1 - p) ** (k - c) for c in range(k + 1)]
 
 
+def band_probabilities(p, k):
+    """{band: probability} of a problem solved with probability p, its Binomial(k, p) count put in a band by band()."""
+    probs = dict.fromkeys(BANDS, 0.0)
+    for c in range(k + 1):
+        probs[band(c, k)] += math.comb(k, c) * p**c * (1 - p) ** (k - c)
+    return probs
+
+
+def p_band_change(p, k_a, k_b):
+    """Probability that two independent runs of k_a and k_b samples, each right with probability p, put a problem
+    in different bands: 1 - sum over bands of P_A(b) P_B(b)."""
+    a, b = band_probabilities(p, k_a), band_probabilities(p, k_b)
+    return max(0.0, 1.0 - sum(a[x] * b[x] for x in BANDS))  # max: rounding below 0 at p = 0 or 1
+
+
+def poisson_binomial(qs):
+    """P(X = 0..n) for X a sum of independent Bernoulli(q_i): the recursion that adds one problem at a time
+    (Hong 2013, Comput. Stat. Data Anal. 59, sec. 2.3), exact up to rounding."""
+    dist = np.ones(1)
+    for q in qs:
+        dist = np.convolve(dist, [1.0 - q, q])
+    return dist
+
+
 # -----------------------------------------------------------------------------
 # Per-problem rows and their summary
 
@@ -94,8 +131,15 @@ def band_rows(records, group_by="source"):
                          completion_tokens_mean=float(np.mean(tokens)),
                          completion_tokens_std=float(np.std(tokens, ddof=1)) if len(tokens) > 1 else 0.0,
                          finish_reasons=dict(Counter(s["finish_reason"] for s in samples)),
-                         distinct_answers=len({s["extracted"] for s in samples})))
+                         distinct_answers=len({s["extracted"] for s in samples}),
+                         dispersion=r.get("dispersion")))  # None for records without it (--responses, older runs)
     return rows
+
+
+def mean_dispersion(rows):
+    """Mean dispersion over the rows that have one; None when none has."""
+    values = [r["dispersion"] for r in rows if r.get("dispersion") is not None]
+    return float(np.mean(values)) if values else None
 
 
 def band_stats(rows):
@@ -105,7 +149,7 @@ def band_stats(rows):
     n, k = len(rows), rows[0]["k"]
     accuracy = sum(r["n_correct"] for r in rows) / (n * k)
     return dict(n=n, **{b: sum(r["band"] == b for r in rows) for b in BANDS}, accuracy=accuracy,
-                mixed_if_equally_hard=n * p_mixed(accuracy, k))
+                mixed_if_equally_hard=n * p_mixed(accuracy, k), dispersion_mean=mean_dispersion(rows))
 
 
 def summarize_bands(rows, group_by="source"):
@@ -117,6 +161,7 @@ def summarize_bands(rows, group_by="source"):
     groups = sorted({r["group"] for r in rows})
     return dict(k=k, group_by=group_by, overall=overall,
                 per_group={g: band_stats([r for r in rows if r["group"] == g]) for g in groups},
+                dispersion_by_band={b: mean_dispersion([r for r in rows if r["band"] == b]) for b in BANDS},
                 histogram=[sum(r["n_correct"] == c for r in rows) for c in range(k + 1)],
                 histogram_if_equally_hard=binomial_histogram(len(rows), overall["accuracy"], k))
 
@@ -168,17 +213,57 @@ def write_pools(out_dir, heldout, pools):
 # Comparing the bands of two models on the same pool
 
 
+def bands_path(path):
+    return Path(path) / "bands.jsonl" if Path(path).is_dir() else Path(path)
+
+
 def read_bands(path):
     """The rows of a bands.jsonl (or of DIR/bands.jsonl for a directory)."""
-    path = Path(path) / "bands.jsonl" if Path(path).is_dir() else Path(path)
+    path = bands_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such bands file (bands.py writes DIR/bands.jsonl)")
     rows = []
     for lineno, row in P.read_jsonl(path):
         if "id" not in row or row.get("band") not in BANDS:
             raise ValueError(f"{path}:{lineno}: not a bands row (needs 'id' and 'band' in {', '.join(BANDS)})")
+        if has_counts(row) and not (isinstance(row["k"], int) and isinstance(row["n_correct"], int)
+                                    and 0 <= row["n_correct"] <= row["k"] and band(row["n_correct"], row["k"])
+                                    == row["band"]):
+            raise ValueError(f"{path}:{lineno}: band {row['band']!r} does not follow from n_correct="
+                             f"{row['n_correct']!r} of k={row['k']!r} (band(): 0 all_zero, k all_one, else mixed)")
         rows.append(row)
     return rows
+
+
+def run_settings(path):
+    """The sampling settings of the run that wrote a bands file, from its directory; {} when it has none."""
+    d = bands_path(path).parent
+    for name, key in (("bands_summary.json", "settings"), ("settings.json", None)):
+        if (d / name).is_file():
+            data = json.loads((d / name).read_text())
+            return (data.get(key) or {}) if key else data
+    return {}
+
+
+def has_counts(row):
+    return row.get("k") is not None and row.get("n_correct") is not None
+
+
+def noise_expectation(pairs):
+    """What sampling noise alone does to the bands of matched (row in A, row in B) pairs: each problem at its
+    pooled pass rate, each run an independent binomial draw (module docstring). The expected 3x3 table, the
+    expected number of changes, its sd, the exact central 95% range of that count and P(count >= observed)."""
+    probs, qs = [], []
+    for ra, rb in pairs:
+        p = (ra["n_correct"] + rb["n_correct"]) / (ra["k"] + rb["k"])  # pooled: one rate for both runs
+        probs.append((band_probabilities(p, ra["k"]), band_probabilities(p, rb["k"])))
+        qs.append(p_band_change(p, ra["k"], rb["k"]))
+    dist, observed = poisson_binomial(qs), sum(ra["band"] != rb["band"] for ra, rb in pairs)
+    cdf = np.cumsum(dist)
+    return dict(table={x: {y: float(sum(a[x] * b[y] for a, b in probs)) for y in BANDS} for x in BANDS},
+                expected_changes=float(sum(qs)), sd=math.sqrt(sum(q * (1 - q) for q in qs)),
+                range95=[int(np.searchsorted(cdf, 0.025 - 1e-12)), int(np.searchsorted(cdf, 0.975 - 1e-12))],
+                p_at_least_observed=float(min(1.0, dist[observed:].sum())))
 
 
 def contingency(rows_a, rows_b):
@@ -194,8 +279,27 @@ def contingency(rows_a, rows_b):
             raise ValueError(f"problem {ra['id']!r} has answer {ra.get('answer')!r} in A but {rb.get('answer')!r} "
                              f"in B: different versions of the data set")
     pairs = Counter((ra["band"], rb["band"]) for ra, rb in both)
+    counted = all(has_counts(ra) and has_counts(rb) for ra, rb in both)
     return dict(table={x: {y: pairs[x, y] for y in BANDS} for x in BANDS}, n=len(both),
-                only_a=len(rows_a) - len(both), only_b=len(b) - len(both))
+                only_a=len(rows_a) - len(both), only_b=len(b) - len(both),
+                changes=sum(ra["band"] != rb["band"] for ra, rb in both),
+                k_a=sorted({ra.get("k") for ra, _ in both if ra.get("k")}),
+                k_b=sorted({rb.get("k") for _, rb in both if rb.get("k")}),
+                noise=noise_expectation(both) if counted else None)  # needs n_correct and k in every row
+
+
+def shared_draws(settings_a, settings_b):
+    """Two runs of one model with the same seed and sampling settings: sample j of a problem is one draw in both
+    (sample.py seeds by (seed, problem index, j)), so they are not independent."""
+    keys = ("model", "seed", "temperature", "top_p", "template", "dataset")
+    return bool(settings_a) and all(settings_a.get(k) == settings_b.get(k) for k in keys)
+
+
+def compare(path_a, path_b):
+    """The contingency table of two bands files with the noise expectation, and whether their runs share draws."""
+    result = contingency(read_bands(path_a), read_bands(path_b))
+    result.update(shared_draws=shared_draws(run_settings(path_a), run_settings(path_b)))
+    return result
 
 
 def format_contingency(c, a="A", b="B"):
@@ -207,6 +311,29 @@ def format_contingency(c, a="A", b="B"):
     totals = [sum(c["table"][x][y] for x in BANDS) for y in BANDS]
     lines.append(f"{'total':10}" + "".join(f"{t:>10}" for t in totals) + f"{c['n']:>10}")
     lines.append(f"{c['n']} problems in both; {c['only_a']} only in {a}, {c['only_b']} only in {b} (left out)")
+    return "\n".join(lines)
+
+
+def format_noise(c, a="A", b="B"):
+    """The observed band changes beside the ones sampling noise alone would give (noise_expectation)."""
+    ks = lambda k: "/".join(map(str, k)) or "?"  # noqa: E731
+    if c["noise"] is None:
+        return (f"band changes: {c['changes']} of {c['n']}; no noise expectation: the rows need 'n_correct' and 'k' "
+                f"(bands.py writes both)")
+    e = c["noise"]
+    lo, hi = e["expected_changes"] - 2 * e["sd"], e["expected_changes"] + 2 * e["sd"]
+    lines = [f"band changes: {c['changes']} of {c['n']} observed (k={ks(c['k_a'])} in {a}, k={ks(c['k_b'])} in {b}); "
+             f"from sampling noise alone {e['expected_changes']:.1f} +- 2 sd [{max(0.0, lo):.1f}, {hi:.1f}], exact "
+             f"95% range {e['range95'][0]}-{e['range95'][1]}, P(noise alone >= {c['changes']}) = "
+             f"{e['p_at_least_observed']:.3g}",
+             "  noise alone: each problem at its pooled pass rate p = (c_A + c_B) / (k_A + k_B), the two runs "
+             "independent Binomial(k, p) draws; expected table:",
+             f"{'':10}" + "".join(f"{y:>10}" for y in BANDS)]
+    lines += [f"{x:10}" + "".join(f"{e['table'][x][y]:>10.1f}" for y in BANDS) for x in BANDS]
+    if c.get("shared_draws"):
+        lines.append("  warning: both runs have the same model, seed and sampling settings, so each problem's first "
+                     "samples are the same draws in both (sample.py); the runs are not independent and the noise "
+                     "expectation overstates the changes: rerun one with another --seed")
     return "\n".join(lines)
 
 
@@ -224,11 +351,13 @@ def format_p_mixed_table(group_size, ps=P_TABLE):
 
 
 def format_bands(s, out_dir):
-    header = f"{'group':14}{'n':>6}" + "".join(f"{b:>10}" for b in BANDS) + f"{'accuracy':>10}  mixed if equally hard"
+    header = (f"{'group':14}{'n':>6}" + "".join(f"{b:>10}" for b in BANDS) + f"{'accuracy':>10}{'dispersion':>11}"
+              f"  mixed if equally hard")
+    number = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
 
     def line(name, st):
         return (f"{name:14}{st['n']:>6}" + "".join(f"{st[b]:>10}" for b in BANDS)
-                + f"{st['accuracy']:>10.1%}  {st['mixed_if_equally_hard']:.1f}")
+                + f"{st['accuracy']:>10.1%}{number(st.get('dispersion_mean')):>11}  {st['mixed_if_equally_hard']:.1f}")
     k, g = s["k"], s["group_by"]
     lines = [f"bands of {s['settings']['model']} on {s['settings']['dataset']}: k={k} samples at temperature "
              f"{s['settings']['temperature']}, {s['settings']['max_new_tokens']} new tokens", header,
@@ -237,7 +366,10 @@ def format_bands(s, out_dir):
              "  observed          " + "".join(f"{h:>7}" for h in s["histogram"]),
              "  if equally hard   " + "".join(f"{h:>7.1f}" for h in s["histogram_if_equally_hard"]),
              "(equally hard: every problem at the pool's mean accuracy; real difficulty varies, which moves "
-             "problems to the ends and makes fewer mixed)"]
+             "problems to the ends and makes fewer mixed)",
+             "dispersion (mean pairwise cosine distance of a problem's k completions in the model's own embeddings, "
+             "evaluate.embedding_dispersion) per band: "
+             + ", ".join(f"{b} {number(s.get('dispersion_by_band', {}).get(b))}" for b in BANDS)]
     pools = ", ".join(f"{name} {n}" for name, n in s["pools"].items())
     out = Path(out_dir)
     lines += [f"pools: {pools} (heldout: {s['heldout_per_group']} per {g}, excluded from every training pool)",
@@ -275,6 +407,8 @@ class BandsConfig:
     device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
     grader: str = arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (tiny.check_steps)",
                       choices=tiny.GRADERS)
+    dispersion: bool = arg(True, "each problem's dispersion: the mean pairwise cosine distance of its k completions "
+                                 "embedded by the model (evaluate.embedding_dispersion); one more forward each")
 
 
 # The tiny world (--model tiny, or a model trained from it): a budget that fits its context, bands per level,
@@ -319,7 +453,8 @@ def run(cfg):
     t0 = time.time()
     records, evaluation = E.evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                                      cfg.k, cfg.temperature, cfg.top_p, cfg.seed, cfg.out, progress=True,
-                                     dataset="+".join(cfg.dataset), group_by=cfg.group_by, grader=cfg.grader)
+                                     dataset="+".join(cfg.dataset), group_by=cfg.group_by, grader=cfg.grader,
+                                     dispersion=cfg.dispersion)
     rows = band_rows(records, cfg.group_by)
     pools = training_pools(problems, rows, heldout)
     write_pools(cfg.out, heldout, pools)
@@ -337,12 +472,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["compare"]:
         parser = argparse.ArgumentParser(prog="bands.py compare", description="3x3 table of the bands of two "
-                                         "runs on the same pool (problems matched by id).")
+                                         "runs on the same pool (problems matched by id; any k or seed each), "
+                                         "and the band changes sampling noise alone would give.")
         parser.add_argument("a", help="bands.jsonl of model A, or its bands.py output directory")
         parser.add_argument("b", help="the same for model B")
         args = parser.parse_args(argv[1:])
-        result = contingency(read_bands(args.a), read_bands(args.b))
+        result = compare(args.a, args.b)
         print(format_contingency(result, args.a, args.b))
+        print(format_noise(result, args.a, args.b))
         return result
     if argv[:1] == ["table"]:
         parser = argparse.ArgumentParser(prog="bands.py table", description="P(mixed) for a group size.")

@@ -20,16 +20,20 @@ Protocol (the defaults):
 Multi-sample mode (`--samples k`, temperature > 0): k samples per problem. The problem's answer (`correct`,
 `accuracy`) is the majority vote over equivalent extracted answers; samples without an answer do not vote;
 a tie goes to the answer sampled first. pass@j for j = 1, 2, 4, ..., k is the unbiased estimator of Chen
-et al. 2021 (eq. 1) over the same samples.
+et al. 2021 (eq. 1) over the same samples. With --dispersion (the CLI's default; evaluate(dispersion=True))
+each problem's `dispersion` is the mean pairwise cosine distance of its k completions embedded by the evaluated
+model itself (embedding_dispersion says what it can and cannot show); the summary has its mean over problems
+and the embedding pass's time (`embedding_seconds`), about one more forward over every prompt and completion.
 
 Outputs in --out DIR (default runs/eval/<model>-<dataset>): settings.json (the protocol, written first),
 records.jsonl (one line per problem, appended and flushed per batch) and summary.json (at the end). A rerun
 into DIR refuses another protocol, skips finished problems and redoes a partial last line left by a killed
 run. Sampled runs repeat exactly, resumed or not: problem i is drawn with a seed made of (seed, i), and the
-sampler makes a prompt's samples independent of the rest of its batch.
+sampler makes a prompt's samples independent of the rest of its batch (the dispersion up to float rounding).
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 import model as M
 import problems as P
@@ -114,6 +119,104 @@ def mcnemar_exact(only_a, only_b):
     n = only_a + only_b
     tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+# -----------------------------------------------------------------------------
+# Embedding dispersion: how far apart a group's completions are in the policy's own representation
+
+
+def embedding_dispersion(embeddings):
+    """Mean pairwise cosine distance 1 - cos(e_i, e_j) over the G(G-1)/2 pairs of a group's embeddings (G, d):
+    0 when all point the same way (identical completions), 1 for orthogonal ones, at most 2. nan for a group
+    of one, which has no pair. A zero vector counts as cosine 0 to everything (F.normalize leaves it zero).
+
+    With completion_embeddings this is a diversity signal of a group of completions: 0 means the policy
+    represents them all alike. What it cannot show: the embedding is the policy's own (final hidden states),
+    so the scale moves as the policy trains, and values from different checkpoints are not on one ruler;
+    mean pooling over tokens blurs order (two completions with the same lines in another order come out
+    close); and it is not a length spread, nor a count of distinct answers (train_rl.group_diversity has
+    those): two completions of equal length can be far apart, and a short and a long one that say the same
+    can be close."""
+    e = torch.as_tensor(embeddings, dtype=torch.float64).cpu()
+    if e.dim() != 2:
+        raise ValueError(f"embedding_dispersion needs a (G, d) tensor of embeddings, got shape {tuple(e.shape)}")
+    G = e.shape[0]
+    if G < 2:
+        return float("nan")
+    e = F.normalize(e, dim=1)
+    i, j = torch.triu_indices(G, G, 1)  # each unordered pair once
+    return float((1.0 - (e[i] * e[j]).sum(1)).clamp(min=0.0).mean())  # clamp: rounding below 0 for equal vectors
+
+
+@torch.no_grad()
+def completion_embeddings(model, prompts, completions, batch_tokens=4096, token_budget=None):
+    """(N, hidden) float32 CPU tensor: for completion i, the mean over its own positions of the model's
+    final-normed hidden states (model.hidden_states, what the LM head reads) on prompts[i] + completions[i].
+    Prompt positions and padding are left out of the mean; the stop token, when the completion has one, is a
+    completion token. prompts and completions are lists of token-id lists, completions non-empty.
+
+    Batched as sample.generate batches: the completions of one prompt (a group) share one prefill of it in a
+    KV cache, left-padded across prompts, in chunks of whole groups whose cache (rows x slots) stays within
+    token_budget (default sample.default_token_budget, as generate's). Then the chunk's completions run
+    longest first, right-padded, about batch_tokens padded tokens per forward, each batch on a copy of its
+    prompts' cache rows; attention is causal, so no real position sees the padding after it, and an embedding
+    is the same up to float rounding whatever else shares its batch. Eval mode (the model's mode is restored
+    after), on the model's device and dtype, under the caller's autocast if any. Pass a whole model (under
+    FSDP, the sampling copy): hidden_states bypasses the forward hooks that would gather sharded weights."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"completion_embeddings: {len(prompts)} prompts but {len(completions)} completions")
+    empty = [i for i, c in enumerate(completions) if len(c) == 0]
+    if empty:
+        raise ValueError(f"completion_embeddings: completion {empty[0]} has no tokens to pool")
+    token_budget = token_budget or sample.default_token_budget(model)
+    groups = {}  # prompt -> the indices of its completions
+    for i, p in enumerate(prompts):
+        groups.setdefault(tuple(p), []).append(i)
+    longest = {p: max(len(completions[i]) for i in rows) for p, rows in groups.items()}
+    chunks, shape = [], (0, 0, 0)  # the last chunk's rows, longest prompt, longest completion
+    for prompt in sorted(groups, key=lambda p: -(len(p) + longest[p])):  # longest first: less padding
+        grown = (shape[0] + len(groups[prompt]), max(shape[1], len(prompt)), max(shape[2], longest[prompt]))
+        if not chunks or grown[0] * (grown[1] + grown[2]) > token_budget:  # a chunk's cache: rows x slots
+            chunks.append([])
+            grown = (len(groups[prompt]), len(prompt), longest[prompt])
+        chunks[-1].append(prompt)
+        shape = grown
+    out = torch.empty(len(prompts), model.config.hidden_size)
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in chunks:
+            embed_chunk(model, [list(p) for p in chunk], [groups[p] for p in chunk], completions, batch_tokens, out)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def embed_chunk(model, prompts, groups, completions, batch_tokens, out):
+    """completion_embeddings of one chunk into out: distinct prompts, groups[b] the indices of prompt b's
+    completions."""
+    device = next(model.parameters()).device
+    B, L = len(prompts), max(len(p) for p in prompts)
+    cache = model.new_cache(B, L + max(len(completions[i]) for g in groups for i in g))
+    if L:  # prefill each prompt once, left-padded (KVCache.pad); only its cache is needed
+        ids = torch.zeros(B, L, dtype=torch.long)  # the pad id is never attended to
+        for b, p in enumerate(prompts):
+            ids[b, L - len(p):] = torch.tensor(p)
+        cache.pad = torch.tensor([L - len(p) for p in prompts], device=device)
+        model.hidden_states(ids.to(device), cache)
+    row_of = {i: b for b, g in enumerate(groups) for i in g}  # completion -> its prompt's cache row
+    todo = [i for g in groups for i in g]
+    for batch in sample.pack_by_length([len(completions[i]) for i in todo], batch_tokens):
+        rows = [todo[j] for j in batch]
+        C = len(completions[rows[0]])  # the longest: pack_by_length puts it first
+        sub = copy.copy(cache)  # select() gives the copy its own tensors: the prefill stays for the next batch
+        sub.select([row_of[i] for i in rows])
+        ids, weights = torch.zeros(len(rows), C, dtype=torch.long), torch.zeros(len(rows), 1, C)  # (R, C), (R, 1, C)
+        for r, i in enumerate(rows):
+            ids[r, :len(completions[i])] = torch.tensor(list(completions[i]))
+            weights[r, 0, :len(completions[i])] = 1.0 / len(completions[i])  # the mean over the completion, 0 on pads
+        h = model.hidden_states(ids.to(device), sub).float()  # (R, C, hidden)
+        out[rows] = torch.bmm(weights.to(device), h)[:, 0].cpu()  # (R, hidden)
 
 
 # -----------------------------------------------------------------------------
@@ -237,10 +340,11 @@ def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None,
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
              temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None,
-             compile=False, grader="answer"):
+             compile=False, grader="answer", dispersion=False):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
-    With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}."""
+    With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}.
+    With dispersion and samples > 1, each record gets its samples' embedding_dispersion."""
     if samples > 1 and temperature == 0:
         raise ValueError(f"samples={samples} needs temperature > 0: greedy samples are all the same")
     ids = [p["id"] for p in problems]
@@ -273,6 +377,14 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                         finish_reason=c.finish_reason) for c in completions[j * samples:(j + 1) * samples]]
                   for j in range(len(batch))]
         records = grade_records([p for _, p in batch], [len(x) for x in prompts], groups, seconds, group_by, grader)
+        if dispersion and samples > 1:  # each problem's samples in the model's own representation
+            t = time.time()
+            e = completion_embeddings(model, [prompts[c.prompt_index] for c in completions],
+                                      [c.tokens for c in completions])
+            per_problem = (time.time() - t) / len(batch)  # as `seconds`: the batch's time over its size
+            for j, r in enumerate(records):
+                r.update(dispersion=embedding_dispersion(e[j * samples:(j + 1) * samples]),
+                         embedding_seconds=per_problem)
         if out_dir:
             append_records(Path(out_dir) / "records.jsonl", records)
         finished.update((r["id"], r) for r in records)
@@ -346,6 +458,9 @@ def summarize(records, settings, config=None, wall_time=None):
         ks = sorted({2**i for i in range(k.bit_length()) if 2**i < k} | {k})
         summary["pass_at_k"] = {f"pass@{j}": float(np.mean([pass_at_k(len(samples_of(r)), r["n_correct"], j)
                                                             for r in records])) for j in ks}
+        dispersions = [r["dispersion"] for r in records if r.get("dispersion") is not None]  # not from --responses
+        summary.update(dispersion_mean=float(np.mean(dispersions)) if dispersions else None,
+                       embedding_seconds=sum(r.get("embedding_seconds") or 0.0 for r in records) or None)
     summary.update(
         by_subject=breakdown(records, "subject"), by_level=breakdown(records, "level"),
         **({"per_group": breakdown(records, settings["group_by"], missing="?")} if settings.get("group_by") else {}),
@@ -370,6 +485,11 @@ def format_summary(s):
              + (" (grader steps: worked lines checked)" if s["settings"].get("grader") == "steps" else "")]
     if "pass_at_k" in s:
         lines.append("pass@k     " + ", ".join(f"{k} {pct(v)}" for k, v in s["pass_at_k"].items()))
+    if s.get("dispersion_mean") is not None:
+        cost = f", {pct(s['embedding_seconds'] / s['generation_seconds'])} of the generation time" \
+            if s.get("embedding_seconds") and s.get("generation_seconds") else ""
+        lines.append(f"dispersion {s['dispersion_mean']:.4f} mean pairwise cosine distance of a problem's samples "
+                     f"(the model's own embeddings; embedding pass {s['embedding_seconds'] or 0:.1f} s{cost})")
     if "per_group" in s:
         lines.append(f"per {s['settings']['group_by']:<6} " + ", ".join(
             f"{k} {pct(v['accuracy'])} ({v['correct']}/{v['n']})" for k, v in s["per_group"].items()))
@@ -516,6 +636,9 @@ class EvalConfig:
                                      "problems without the field count under '?'")
     grader: str = arg("answer", "answer: verify.grade (the final answer); steps: the tiny ladder's rule, the worked "
                                 "lines must be the problem's chain too (tiny.check_steps)", choices=tiny.GRADERS)
+    dispersion: bool = arg(True, "with --samples > 1, the mean pairwise cosine distance of each problem's samples "
+                                 "embedded by the model (evaluate.embedding_dispersion): one more forward over every "
+                                 "prompt and completion")
     loop: str = arg("", "looped depth START:END:N on a plain checkpoint: layers [START, END) run N times with shared "
                         "weights and zero gates, so the logits stay the plain model's and only the compute grows "
                         "(model.py; a looped checkpoint keeps its own loop)")
@@ -581,7 +704,8 @@ def main(argv=None):
         M.add_loop(net, cfg.loop)
         _, summary = evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                               cfg.samples, cfg.temperature, cfg.top_p, cfg.seed, out, progress=True,
-                              dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile, grader=cfg.grader)
+                              dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile, grader=cfg.grader,
+                              dispersion=cfg.dispersion)
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}   summary: {out / 'summary.json'}")
     return summary

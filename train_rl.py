@@ -20,6 +20,10 @@ Objectives (one small entry each in OBJECTIVES: an advantage function, a loss fu
 - rloo   (Ahmadian et al. 2024): leave-one-out baseline, summed token log-probs.
 - reinforce_pp (Hu et al. 2025, REINFORCE++ with baseline): group mean removed, then batch-level std.
 - w_reinforce (Zhu et al. 2025, negative sample reinforcement): A = +lambda right, -1 wrong, token-level mean.
+- passk  (Chen et al. 2025, "Pass@k Training"): the group's pass@k advantage (curriculum.passk_advantages),
+         Dr. GRPO's loss, so only the advantage differs from drgrpo.
+Which problems a step draws and which rollouts it learns from (a pass-rate curriculum, replay of rare
+successes) is curriculum.py; --reward random / format are the controls every claimed gain is set beside.
 KL (--kl-coef, off by default as in most RLVR work): estimator k1/k2/k3, as a loss term or in the reward; a
 frozen reference model exists only when it is used. --tis-cap corrects for sampler/trainer mismatch.
 With one epoch per batch rho = 1, clipping changes nothing, and the gradient is REINFORCE with a baseline.
@@ -45,6 +49,7 @@ from pathlib import Path
 import torch
 
 import cli
+import curriculum as C
 import distributed as D
 import lora
 import model as M
@@ -68,7 +73,7 @@ class Config:
     template: str = arg("base", "prompt template: base, chat, chat_think")
     # the RL objective
     objective: str = arg("drgrpo", "one of OBJECTIVES: grpo, drgrpo, dapo, gspo, cispo, rloo, reinforce_pp, "
-                                   "w_reinforce")
+                                   "w_reinforce, passk")
     steps: int = arg(50, "optimizer updates (one batch of rollouts each)")
     problems_per_step: int = arg(1, "P: problems drawn per step")
     group_size: int = arg(8, "G: completions sampled per problem")
@@ -93,6 +98,19 @@ class Config:
                                               "(default: the objective's, on for dapo)")
     max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step")
     positive_weight: float = arg(0.1, "w_reinforce: lambda, the advantage of a right answer (a wrong one gets -1)")
+    passk_k: int = arg(4, "passk: the k of the pass@k the advantage maximizes (Chen et al. 2025; 1 <= k < G)")
+    reward: str = arg("verifier", "what the learner is paid for: verifier (the true reward), or the controls random "
+                                  "(a seeded fair coin) and format (any final \\boxed{}; Shao et al. 2025); "
+                                  "accuracy is always the verifier's")
+    # which problems a step draws and which rollouts it learns from (curriculum.py)
+    select: str = arg("uniform", "problem selection: uniform (an epoch's permutation) or pass_rate (weights "
+                                 "p(1-p), Bae et al. 2025; GRESO skips, Zheng et al. 2025)")
+    pass_rate_floor: float = arg(0.01, "pass_rate: the least weight of any problem, so none is starved")
+    skip_window: int = arg(2, "pass_rate: skip a problem whose last N groups were all right or all wrong (0: never)")
+    replay_fraction: float = arg(0.0, "share of a step's groups given one replayed past success in place of a "
+                                      "fresh wrong sample (ExGRPO, Zhan et al. 2025; 0: off)")
+    replay_size: int = arg(256, "replay: the buffer's capacity in rollouts (first in, first out)")
+    replay_max_rate: float = arg(0.25, "replay: keep successes of groups whose pass rate is at most this")
     skip_zero_advantage: bool = arg(True, "leave rows with zero advantage (groups of equal rewards) out of the backward")
     # optimization
     lr: float = arg(1e-5, "peak learning rate of AdamW")
@@ -120,6 +138,8 @@ class Config:
     eval_max_new_tokens: int = arg(0, "generation budget for evaluation (0: --max-new-tokens)")
     eval_group_by: str = arg("source", "also log validation accuracy per value of this problem field ('' skips)")
     samples_per_step: int = arg(2, "completions per step written to samples.jsonl")
+    dispersion_every: int = arg(10, "every N steps log the groups' embedding dispersion (evaluate.embedding_dispersion; "
+                                    "costs about 0.7x the step's sampling on the tiny world's CPU; 0: never)")
 
     def __post_init__(self):  # the objective's paper defaults fill the flags left unset, from Python as from the CLI
         own = OBJECTIVES[self.objective].defaults if self.objective in OBJECTIVES else {}
@@ -143,7 +163,8 @@ TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_datas
 LADDER_DEFAULTS = dict(val_dataset="tiny_ladder_val", test_dataset="tiny_ladder_test", eval_group_by="level",
                        max_new_tokens=tiny.LADDER_MAX_NEW_TOKENS, grader="steps")
 # Settings that may change when a run is resumed; everything else must match the saved config.
-RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out", "fsdp", "compile"}
+RESUMABLE = {"steps", "resume", "save_every", "eval_every", "samples_per_step", "device", "out", "fsdp", "compile",
+             "dispersion_every"}
 KL_ESTIMATORS, KL_PLACES = ("k1", "k2", "k3"), ("loss", "reward")
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -272,6 +293,7 @@ OBJECTIVES = {
     "rloo": Objective(lambda r, c, cfg: leave_one_out_advantages(r), drgrpo_loss),  # REINFORCE, summed log-probs
     "reinforce_pp": Objective(lambda r, c, cfg: batch_normalized_advantages(r), token_mean_loss),
     "w_reinforce": Objective(lambda r, c, cfg: weighted_reinforce_advantages(c, cfg.positive_weight), token_mean_loss),
+    "passk": Objective(lambda r, c, cfg: C.passk_advantages(c, cfg.passk_k), drgrpo_loss),
 }
 
 
@@ -340,30 +362,40 @@ def collect_rollouts(policy, tokenizer, batch, cfg, seeds):
                            n=cfg.group_size, stop_token_ids=tokenizer.stop_token_ids(chat=cfg.template != "base"),
                            seed=seeds, pad_id=tokenizer.pad_id, compile=cfg.compile)
     return [dict(problem=batch[c.prompt_index], prompt=prompts[c.prompt_index], tokens=c.tokens,
-                 sampler_logprobs=c.logprobs, finish_reason=c.finish_reason, text=tokenizer.decode(c.tokens))
-            for c in completions]
+                 sampler_logprobs=c.logprobs, finish_reason=c.finish_reason, text=tokenizer.decode(c.tokens),
+                 seed=seeds[c.prompt_index], sample=j % cfg.group_size)
+            for j, c in enumerate(completions)]
 
 
 def score_rollouts(rollouts, cfg):
-    """Grade each rollout and set its reward: correctness, minus the format and overlong penalties."""
+    """Grade each rollout and set its reward: correctness, minus the format and overlong penalties. 'pass' is
+    what the learner counts as a success: the verifier's verdict, or under --reward random / format the
+    control's (whose reward is then 1 or 0); 'correct' stays the verifier's, for the logged accuracy."""
     correct, rewards = tiny.grade_with(cfg.grader, [r["text"] for r in rollouts], [r["problem"] for r in rollouts],
                                        cfg.format_penalty)
     for r, c, w in zip(rollouts, correct, rewards):
-        shaped = w + overlong_penalty(len(r["tokens"]), cfg.max_new_tokens, cfg.overlong_buffer)
-        r.update(correct=bool(c), reward=float(shaped), boxed=verify.extract_answer(r["text"]) is not None)
+        r.update(correct=bool(c), boxed=verify.extract_answer(r["text"]) is not None)
+        r["pass"] = C.control_pass(cfg.reward, r)
+        paid = w if cfg.reward == "verifier" else float(r["pass"])
+        r["reward"] = float(paid + overlong_penalty(len(r["tokens"]), cfg.max_new_tokens, cfg.overlong_buffer))
 
 
-def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
-    """(every rollout drawn, the batch to learn from); adds the time spent to seconds. Without dynamic
-    sampling both are the G samples of the step's P problems. With it (DAPO sec. 3.2) groups that are all
-    right or all wrong are dropped and more problems drawn, at most --max-draws times, until P groups have
-    mixed correctness."""
-    G, drawn, batch_groups = cfg.group_size, [], []
+def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds, pass_rates=None, replay=None):
+    """(every rollout drawn, the batch to learn from, groups given a replayed success); adds the time spent to
+    seconds. Without dynamic sampling both are the G samples of the step's P problems, drawn uniformly or by
+    the pass-rate table. With --replay-fraction some groups get a past success in place of a fresh wrong
+    sample (curriculum.ReplayBuffer). With dynamic sampling (DAPO sec. 3.2) groups that are all right or all
+    wrong are then dropped and more problems drawn, at most --max-draws times, until P groups are mixed.
+    Every fresh group updates the pass-rate table and the replay buffer, after the step's choices."""
+    G, drawn, batch_groups, fresh, replayed = cfg.group_size, [], [], [], 0
     for draw in range(cfg.max_draws if cfg.dynamic_sampling else 1):
-        if draw == 0:
+        gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)  # a function of the step
+        if pass_rates is not None:
+            idx = pass_rates.draw(cfg.problems_per_step, gen, exclude={pass_rates.index[g[0]["problem"]["id"]]
+                                                                       for g in fresh})
+        elif draw == 0:
             idx = problems_for_step(len(train_set), step, cfg.problems_per_step, cfg.seed)
         else:  # extra draws: a permutation seeded by (seed, step, draw), so a resumed run draws the same
-            gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)
             idx = torch.randperm(len(train_set), generator=gen)[:cfg.problems_per_step].tolist()
         t0 = time.time()  # each rank samples and grades its share of the problems, each with its own seed
         rollouts = collect_rollouts(policy, tokenizer, D.rank_share([train_set[i] for i in idx]), cfg,
@@ -375,12 +407,19 @@ def draw_rollouts(policy, tokenizer, train_set, cfg, step, seconds):
         rollouts = D.gather_lists(rollouts)  # every rank has the whole draw, so all make the same choices below
         drawn += rollouts
         groups = [rollouts[i:i + G] for i in range(0, len(rollouts), G)]
+        fresh += [list(g) for g in groups]  # the samples as drawn, before replay changes the groups
+        if replay is not None:
+            replayed += replay.apply(groups, cfg.replay_fraction)
         if cfg.dynamic_sampling:
-            groups = [g for g in groups if 0 < sum(r["correct"] for r in g) < G]
+            groups = [g for g in groups if 0 < sum(r["pass"] for r in g) < G]
         batch_groups += groups[:cfg.problems_per_step - len(batch_groups)]
         if len(batch_groups) == cfg.problems_per_step:
             break
-    return drawn, [r for g in batch_groups for r in g]
+    if pass_rates is not None:
+        pass_rates.update(fresh)
+    if replay is not None:
+        replay.add(fresh, step + 1)
+    return drawn, [r for g in batch_groups for r in g], replayed
 
 
 def ngrams(tokens, n=4):
@@ -400,6 +439,20 @@ def group_diversity(rollouts, G):
         overlap += [len(a & b) / len(a | b) for a, b in pairs if a | b]
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
     return dict(group_length_std=mean(spread), group_distinct_answers=mean(answers), group_ngram_overlap=mean(overlap))
+
+
+def group_dispersion(model, rollouts, G):
+    """The mean over groups of the mean pairwise cosine distance between the completions' mean-pooled final
+    hidden states under the sampling model (evaluate.embedding_dispersion): diversity of content, as the policy
+    itself represents it, where length spread and n-gram overlap see only the surface."""
+    from evaluate import completion_embeddings, embedding_dispersion
+    if G < 2 or not rollouts:
+        return float("nan")
+    keep = [r for r in rollouts if r["tokens"]]  # an empty completion has no hidden state to pool
+    if len(keep) < len(rollouts):
+        return float("nan")
+    emb = completion_embeddings(model, [r["prompt"] for r in rollouts], [r["tokens"] for r in rollouts])
+    return sum(embedding_dispersion(emb[i:i + G]) for i in range(0, len(rollouts), G)) / (len(rollouts) // G)
 
 
 # -----------------------------------------------------------------------------
@@ -481,7 +534,9 @@ def policy_update(policy, reference, optimizer, rows, n_sequences, n_tokens, cfg
                         ref_logp, _ = M.token_logprobs(reference, ids)
                         ref_logp = ref_logp.float()
             logp = logp.float()
-            old_logp = old.setdefault(j, logp.detach())  # epoch 0: the current policy, so rho = 1
+            replayed = torch.tensor([r.get("replayed", False) for r in rb], device=device)[:, None]
+            # epoch 0: the current policy, so rho = 1; a replayed rollout's ratio is to the policy that sampled it
+            old_logp = old.setdefault(j, torch.where(replayed, sampler_logp, logp.detach()))
             b = dict(logp=logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask, n_sequences=n_sequences,
                      n_tokens=n_tokens, tis=truncated_is_weights(old_logp, sampler_logp, mask, cfg.tis_cap),
                      adv=torch.tensor([r["advantage"] for r in rb], device=device))
@@ -578,9 +633,10 @@ def refresh_rollout_model(rollout_model, policy):
     rollout_model.load_state_dict(plain_model(policy).state_dict())
 
 
-def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg):
-    """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON), atomically.
-    Every rank calls it (FSDP gathers shards, a collective); rank 0 writes."""
+def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=None):
+    """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON) + the data
+    state (selection.json: pass-rate table, replay buffer), atomically. Every rank calls it (FSDP gathers
+    shards, a collective); rank 0 writes."""
     from safetensors.torch import save_file
     weights, opt_state = D.gathered_state(policy, optimizer) if D.is_sharded(policy) else (None, optimizer.state_dict())
     if D.this_rank() != 0:
@@ -595,6 +651,8 @@ def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg):
     save_file(tensors, str(tmp / "trainer_state.safetensors"))
     meta = dict(step=step, param_groups=opt_state["param_groups"], config=dataclasses.asdict(cfg))
     (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
+    if selection:
+        (tmp / "selection.json").write_text(json.dumps({k: v.state() for k, v in selection.items()}))
     if path.exists():
         shutil.rmtree(path)
     os.replace(tmp, path)
@@ -618,6 +676,34 @@ def load_trainer_state(path, policy, optimizer):
     else:
         optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     return meta["step"]
+
+
+def new_selection(cfg, train_set):
+    """The data state the steps share (curriculum.py): the pass-rate table and the replay buffer, when on."""
+    out = {}
+    if cfg.select == "pass_rate":
+        out["pass_rates"] = C.PassRates([p["id"] for p in train_set], cfg.pass_rate_floor, cfg.skip_window)
+    if cfg.replay_fraction:
+        out["replay"] = C.ReplayBuffer(cfg.replay_size, cfg.replay_max_rate)
+    return out
+
+
+def load_selection(path, selection):
+    if selection:
+        for name, state in json.loads((Path(path) / "selection.json").read_text()).items():
+            selection[name].load(state)
+
+
+def selection_metrics(selection, replayed):
+    """The pass-rate histogram and how many problems are skipped; groups given a replayed success."""
+    out = {}
+    if "pass_rates" in selection:
+        table = selection["pass_rates"]
+        out.update(pass_rate_histogram=table.histogram(),
+                   skipped_problems=sum(table.skipped(i) for i in range(len(table.attempts))))
+    if "replay" in selection:
+        out.update(replayed_groups=replayed, replay_buffer=len(selection["replay"].entries))
+    return out
 
 
 def latest_checkpoint(run_dir):
@@ -699,6 +785,17 @@ def check_config(cfg):
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
     if cfg.overlong_buffer >= cfg.max_new_tokens:
         raise ValueError(f"--overlong-buffer {cfg.overlong_buffer} must be below --max-new-tokens {cfg.max_new_tokens}")
+    if cfg.select not in C.SELECTIONS or cfg.reward not in C.REWARDS:
+        raise ValueError(f"--select must be one of {', '.join(C.SELECTIONS)} and --reward one of "
+                         f"{', '.join(C.REWARDS)}, got {cfg.select!r} and {cfg.reward!r}")
+    if not 0 <= cfg.replay_fraction <= 1 or not 0 <= cfg.replay_max_rate <= 1 or not 0 < cfg.pass_rate_floor <= 0.25:
+        raise ValueError(f"--replay-fraction and --replay-max-rate must be in [0, 1] and --pass-rate-floor in (0, 0.25], "
+                         f"got {cfg.replay_fraction}, {cfg.replay_max_rate} and {cfg.pass_rate_floor}")
+    if cfg.replay_size < 1 or cfg.skip_window < 0:
+        raise ValueError(f"--replay-size must be >= 1 and --skip-window >= 0, got {cfg.replay_size} and {cfg.skip_window}")
+    if cfg.objective == "passk" and not 1 <= cfg.passk_k < cfg.group_size:  # at k = G every advantage is 0
+        raise ValueError(f"--passk-k must be in [1, --group-size {cfg.group_size}) (at k = G no group has a "
+                         f"gradient), got {cfg.passk_k}")
     if cfg.objective == "rloo" and cfg.group_size < 2:
         raise ValueError("--objective rloo needs --group-size >= 2 (the baseline is the other samples' mean)")
     if cfg.fsdp and "WORLD_SIZE" not in os.environ:
@@ -759,8 +856,10 @@ def train(cfg):
         groups.append(dict(params=[p for p in params if id(p) in loop_ids], weight_decay=0.0,
                            lr_scale=(cfg.loop_lr or cfg.lr) / cfg.lr if cfg.lr else 1.0))
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    selection = new_selection(cfg, train_set)
     if ckpt is not None:
         start_step = load_trainer_state(ckpt, policy, optimizer)
+        load_selection(ckpt, selection)
         print(f"resumed from {ckpt} after step {start_step}")
     rollout_model = make_rollout_model(policy, device)
     totals = logged_totals(run_dir / "metrics.jsonl", start_step)
@@ -783,7 +882,7 @@ def train(cfg):
     try:
         for step in range(start_step, cfg.steps):
             metrics = train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set, cfg, step, device,
-                                 run_dir, totals)
+                                 run_dir, totals, selection)
             refresh_rollout_model(rollout_model, policy)
             if cfg.eval_every and val_set and (step + 1) % cfg.eval_every == 0:
                 metrics["val_accuracy"], metrics["val_accuracy_by_group"] = evaluate_accuracy(
@@ -791,17 +890,18 @@ def train(cfg):
             log_line(run_dir / "metrics.jsonl", metrics)
             print_progress(metrics, cfg, time.time() - t_start, step + 1 - start_step)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-                save_checkpoint(run_dir / "checkpoints" / f"step_{step + 1}", policy, optimizer, tokenizer, step + 1, cfg)
+                save_checkpoint(run_dir / "checkpoints" / f"step_{step + 1}", policy, optimizer, tokenizer, step + 1, cfg,
+                                selection)
     except KeyboardInterrupt:  # save what is done and stop cleanly; --resume continues from here
         done = step  # the step in progress did not finish
         if cfg.fsdp:  # gathering the shards needs every rank at one point, which an interrupt does not give
             print(f"\ninterrupted: --resume continues from the last periodic checkpoint in {run_dir}")
             return run_dir
         if done > start_step:
-            save_checkpoint(run_dir / "checkpoints" / f"step_{done}", policy, optimizer, tokenizer, done, cfg)
+            save_checkpoint(run_dir / "checkpoints" / f"step_{done}", policy, optimizer, tokenizer, done, cfg, selection)
         print(f"\ninterrupted: checkpoint after step {done} in {run_dir}; rerun with --resume to continue")
         return run_dir
-    save_checkpoint(run_dir / "checkpoints" / f"step_{cfg.steps}", policy, optimizer, tokenizer, cfg.steps, cfg)
+    save_checkpoint(run_dir / "checkpoints" / f"step_{cfg.steps}", policy, optimizer, tokenizer, cfg.steps, cfg, selection)
     final = run_dir / "final"
     if D.this_rank() == 0:
         shutil.rmtree(final, ignore_errors=True)
@@ -819,12 +919,15 @@ def count_params(policy):
     return sum(p.numel() for p in policy.parameters() if p.requires_grad)
 
 
-def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set, cfg, step, device, run_dir, totals):
-    """One step: problems -> rollouts -> rewards -> advantages -> update; returns the step's metrics."""
+def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set, cfg, step, device, run_dir, totals,
+               selection):
+    """One step: problems -> rollouts -> rewards -> advantages -> update; returns the step's metrics.
+    selection holds the step's data state (curriculum.py): 'pass_rates' and 'replay' when they are on."""
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, cfg) * group.get("lr_scale", 1.0)  # --loop-lr: the loop's group is scaled
     seconds, unverified = dict(sampling=0.0, verifying=0.0), sum(verify.ERRORS.values())
-    drawn, rollouts = draw_rollouts(rollout_model, tokenizer, train_set, cfg, step, seconds)  # rollouts: the batch
+    drawn, rollouts, replayed = draw_rollouts(rollout_model, tokenizer, train_set, cfg, step, seconds,
+                                              selection.get("pass_rates"), selection.get("replay"))  # the batch
     unverified = sum(D.gather_lists([sum(verify.ERRORS.values()) - unverified]))  # checks with no verdict, all ranks
     t2 = time.time()
     if reference is not None and cfg.kl_in == "reward":  # each rank scores its share; all get every result
@@ -833,7 +936,7 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
         for r, (kl, reward) in zip(rollouts, D.gather_lists([(s["kl"], s["reward"]) for s in share])):
             r.update(kl=kl, reward=reward)
     rewards = torch.tensor([r["reward"] for r in rollouts], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
-    correct = torch.tensor([r["correct"] for r in rollouts], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
+    correct = torch.tensor([r["pass"] for r in rollouts], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
     advantages = OBJECTIVES[cfg.objective].advantages(rewards, correct, cfg) if rollouts else rewards  # (P, G)
     for r, a in zip(rollouts, advantages.flatten().tolist()):
         r["advantage"] = a
@@ -847,6 +950,8 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
     if reference is not None and cfg.kl_in == "reward":
         stats["kl"] = sum(r["kl"] for r in rollouts) / max(1, batch_tokens)
     t3 = time.time()
+    if cfg.dispersion_every and (step + 1) % cfg.dispersion_every == 0:
+        stats["group_dispersion"] = group_dispersion(rollout_model, drawn, cfg.group_size)
     lengths = [len(r["tokens"]) for r in drawn]
     generated = sum(lengths)
     context = sum(len(r["prompt"]) for r in drawn) / len(drawn) + sum(lengths) / len(lengths) / 2
@@ -866,7 +971,8 @@ def train_step(policy, rollout_model, reference, optimizer, tokenizer, train_set
         response_tokens_mean=generated / n, response_tokens_max=max(lengths),
         truncation_rate=sum(r["finish_reason"] == "length" for r in drawn) / n,
         mixed_groups=sum(mixed) / len(mixed), draws=n // (G * cfg.problems_per_step),
-        batch_groups=len(rollouts) // G, **group_diversity(drawn, G), entropy=stats["entropy"], clip_fraction=stats["clip_fraction"],
+        batch_groups=len(rollouts) // G, **selection_metrics(selection, replayed), **group_diversity(drawn, G),
+        **({"group_dispersion": stats["group_dispersion"]} if "group_dispersion" in stats else {}), entropy=stats["entropy"], clip_fraction=stats["clip_fraction"],
         **({"kl": stats["kl"]} if cfg.kl_coef else {}), loss=stats["loss"], grad_norm=stats["grad_norm"],
         lr=lr_at(step, cfg), skipped_update=stats["nonfinite"] or not rows,
         sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"], training_seconds=t3 - t2,

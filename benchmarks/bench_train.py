@@ -45,7 +45,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as run_dir:
         for step in range(args.steps + 1):  # the first step warms up and is not counted
-            m = T.train_step(policy, policy, None, optimizer, tokenizer, train_set, cfg, step, "cpu", Path(run_dir), totals)
+            m = T.train_step(policy, policy, None, optimizer, tokenizer, train_set, cfg, step, "cpu", Path(run_dir), totals, {})
             if step:
                 rows.append(m)
                 print(f"step {step}: sampling {m['sampling_seconds']:.1f}s, verifying {m['verifying_seconds']:.2f}s, "

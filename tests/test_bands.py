@@ -3,6 +3,7 @@ split and its exclusion from every training pool, the MATH-500 guard, resume, an
 completions give known correct counts; the committed tiny checkpoint (0.8M parameters) runs the real path."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +112,9 @@ def test_contingency_hand_table(tmp_path, capsys):
     fa, fb = write_jsonl(tmp_path / "a.jsonl", a), write_jsonl(tmp_path / "b.jsonl", b)
     assert B.main(["compare", str(fa), str(fb)])["table"] == c["table"]
     out = capsys.readouterr().out.splitlines()
-    assert out[2].split() == ["all_zero", "0", "1", "0", "1"] and out[-2].split() == ["total", "0", "2", "2", "4"]
+    assert out[2].split() == ["all_zero", "0", "1", "0", "1"] and out[5].split() == ["total", "0", "2", "2", "4"]
+    assert c["changes"] == 2 and c["noise"] is None  # rows without n_correct and k: no noise expectation
+    assert out[-1].startswith("band changes: 2 of 4; no noise expectation: the rows need 'n_correct' and 'k'")
 
 
 def test_contingency_errors(tmp_path):
@@ -124,9 +127,78 @@ def test_contingency_errors(tmp_path):
     bad = write_jsonl(tmp_path / "bad.jsonl", [dict(id="x1", band="mixed"), dict(id="x2", band="some")])
     with pytest.raises(ValueError, match="bad.jsonl:2: not a bands row"):
         B.read_bands(bad)
+    wrong = write_jsonl(tmp_path / "wrong.jsonl", [dict(id="x1", band="mixed", k=8, n_correct=8)])
+    with pytest.raises(ValueError, match="wrong.jsonl:1: band 'mixed' does not follow from n_correct=8 of k=8"):
+        B.read_bands(wrong)
     r = subprocess.run([sys.executable, "bands.py", "compare", str(tmp_path / "a"), str(bad)], capture_output=True,
                        text=True, cwd=Path(B.__file__).parent)
     assert r.returncode != 0 and "bands.py: error:" in r.stderr and "Traceback" not in r.stderr
+
+
+# -----------------------------------------------------------------------------
+# Band changes expected from sampling noise alone
+
+
+def test_band_change_probability_hand_values():
+    # k = 2 at p = 0.5: 0, 1, 2 right with 1/4, 1/2, 1/4, i.e. all_zero, mixed, all_one by the band rule; two
+    # independent runs agree with 1/16 + 1/4 + 1/16 = 3/8, so they differ with 5/8
+    assert B.band_probabilities(0.5, 2) == dict(all_zero=0.25, mixed=0.5, all_one=0.25)
+    assert B.p_band_change(0.5, 2, 2) == pytest.approx(5 / 8)
+    assert B.p_band_change(0.3, 1, 1) == pytest.approx(2 * 0.3 * 0.7)  # k = 1: no mixed band, right in one run only
+    # k = 8 against k = 16 at p = 0.5: the ends have 1/2^8 and 1/2^16, the rest is mixed
+    agree = 2 / 2**8 / 2**16 + (1 - 2 / 2**8) * (1 - 2 / 2**16)
+    assert B.p_band_change(0.5, 8, 16) == pytest.approx(1 - agree)
+    for k_a, k_b in ((2, 2), (8, 16), (1, 5)):  # a problem never or always solved never changes band
+        assert B.p_band_change(0.0, k_a, k_b) == B.p_band_change(1.0, k_a, k_b) == 0.0
+    assert B.poisson_binomial([0.5, 0.5]) == pytest.approx([0.25, 0.5, 0.25])
+    qs = [0.1, 0.6, 0.3]  # against every outcome of three coins
+    brute = [0.0] * 4
+    for bits in range(8):
+        x = [(bits >> i) & 1 for i in range(3)]
+        brute[sum(x)] += math.prod(q if b else 1 - q for q, b in zip(qs, x))
+    assert B.poisson_binomial(qs) == pytest.approx(brute)
+
+
+def counted_rows(counts, k):
+    return [dict(id=i, answer="1", k=k, n_correct=c, band=B.band(c, k)) for i, c in counts.items()]
+
+
+def test_noise_expectation_hand_case():
+    # two problems at 1 of 2 in both runs (pooled p = 1/2, q = 5/8 each) and one at 0 of 2 (p = 0, q = 0)
+    a = counted_rows(dict(x1=1, x2=1, x3=0), 2)
+    e = B.contingency(a, a)["noise"]
+    assert e["expected_changes"] == pytest.approx(5 / 4) and e["sd"] == pytest.approx(math.sqrt(2 * 5 / 8 * 3 / 8))
+    # the count of changes: 0, 1, 2 with (3/8)^2, 2 (5/8)(3/8), (5/8)^2 = 9/64, 30/64, 25/64
+    assert e["range95"] == [0, 2] and e["p_at_least_observed"] == 1.0  # observed: no change
+    assert e["table"]["mixed"]["mixed"] == pytest.approx(2 * 1 / 4) and e["table"]["all_zero"]["all_zero"] == \
+        pytest.approx(1 + 2 / 16)  # x3 always; x1, x2 with 1/4 * 1/4 each
+    assert sum(v for row in e["table"].values() for v in row.values()) == pytest.approx(3)
+    none = B.contingency(counted_rows(dict(x1=0, x2=2), 2), counted_rows(dict(x1=0, x2=4), 4))["noise"]
+    assert none["expected_changes"] == 0.0 and none["range95"] == [0, 0]  # p = 0 and p = 1: nothing can change
+
+
+def test_compare_k8_against_k16_files(tmp_path, capsys):
+    c8 = dict(x0=0, x1=1, x2=4, x3=8, x4=7, x5=0, x6=3, x7=8)
+    c16 = dict(x0=0, x1=0, x2=9, x3=16, x4=16, x5=2, x6=5, x7=16)
+    for name, counts, k in (("k8", c8, 8), ("k16", c16, 16)):
+        (tmp_path / name).mkdir()
+        write_jsonl(tmp_path / name / "bands.jsonl", counted_rows(counts, k))
+    c = B.main(["compare", str(tmp_path / "k8"), str(tmp_path / "k16")])
+    # observed: x1 mixed -> all_zero, x4 mixed -> all_one, x5 all_zero -> mixed
+    assert c["changes"] == 3 and (c["k_a"], c["k_b"]) == ([8], [16]) and not c["shared_draws"]
+    by_hand = sum(B.p_band_change((c8[i] + c16[i]) / 24, 8, 16) for i in c8)  # pooled p over 24 samples
+    assert c["noise"]["expected_changes"] == pytest.approx(by_hand)
+    assert B.p_band_change(0 / 24, 8, 16) == B.p_band_change(24 / 24, 8, 16) == 0.0  # x0 and x3 cannot change
+    out = capsys.readouterr().out
+    assert f"band changes: 3 of 8 observed (k=8 in {tmp_path / 'k8'}, k=16 in {tmp_path / 'k16'}); from sampling " \
+           f"noise alone {by_hand:.1f} +- 2 sd" in out and "warning" not in out
+    # runs of one model with one seed share their draws: said, because the noise model assumes independence
+    for name in ("k8", "k16"):
+        (tmp_path / name / "settings.json").write_text(json.dumps(dict(model="m", seed=0, temperature=1.0)))
+    assert B.main(["compare", str(tmp_path / "k8"), str(tmp_path / "k16" / "bands.jsonl")])["shared_draws"]
+    assert "warning: both runs have the same model, seed" in capsys.readouterr().out
+    (tmp_path / "k16" / "settings.json").write_text(json.dumps(dict(model="m", seed=1, temperature=1.0)))
+    assert not B.main(["compare", str(tmp_path / "k8"), str(tmp_path / "k16")])["shared_draws"]
 
 
 # -----------------------------------------------------------------------------
@@ -162,15 +234,24 @@ def test_cli_bands_pools_and_heldout_exclusion(scripted, tmp_path, capsys):
     tokenizer = M.load_tokenizer("tiny")  # every sample is \boxed{answer} or \boxed{answer + 1}, then the stop token
     for r, (_, _, _, answer, right) in zip(rows, SCRIPT):
         assert r["distinct_answers"] == (1 if right in (0, 4) else 2) and r["finish_reasons"] == dict(stop=4)
+        if right in (0, 4):  # four identical completions: nothing between them
+            assert r["dispersion"] == pytest.approx(0.0, abs=1e-6)
+        else:
+            assert r["dispersion"] > 1e-4
         assert r["completion_tokens_mean"] == len(tokenizer.encode(f"\\boxed{{{answer}}}")) + 1
         assert r["completion_tokens_std"] == 0.0
     # hand counts: correct 15 of 32; histogram of 0..4 correct: a0 | a3 b1 | a1 b2 b3 | b0 | a2
+    mean = lambda rs: pytest.approx(sum(r["dispersion"] for r in rs) / len(rs))  # noqa: E731
     assert summary["overall"] == dict(n=8, all_zero=1, mixed=6, all_one=1, accuracy=15 / 32,
-                                      mixed_if_equally_hard=pytest.approx(8 * (1 - (15 / 32)**4 - (17 / 32)**4)))
+                                      mixed_if_equally_hard=pytest.approx(8 * (1 - (15 / 32)**4 - (17 / 32)**4)),
+                                      dispersion_mean=mean(rows))
+    assert summary["dispersion_by_band"] == dict(all_zero=pytest.approx(0.0, abs=1e-6), all_one=pytest.approx(
+        0.0, abs=1e-6), mixed=mean([r for r in rows if r["band"] == "mixed"]))
     assert summary["overall"]["mixed_if_equally_hard"] == pytest.approx(6.9765, abs=1e-4)
     assert summary["histogram"] == [1, 2, 3, 1, 1]
     assert summary["per_group"]["s1"] == dict(n=4, all_zero=1, mixed=2, all_one=1, accuracy=7 / 16,
-                                              mixed_if_equally_hard=pytest.approx(4 * B.p_mixed(7 / 16, 4)))
+                                              mixed_if_equally_hard=pytest.approx(4 * B.p_mixed(7 / 16, 4)),
+                                              dispersion_mean=mean(rows[:4]))
     assert (summary["per_group"]["s2"]["mixed"], summary["per_group"]["s2"]["accuracy"]) == (4, 0.5)
     assert json.loads((out / "bands_summary.json").read_text()) == json.loads(json.dumps(summary))
     # the held-out set: 2 per source, and in no training pool, although both s2 ones are mixed
@@ -183,6 +264,7 @@ def test_cli_bands_pools_and_heldout_exclusion(scripted, tmp_path, capsys):
     assert summary["pools"] == dict(heldout=4, mixed_pool=len(mixed_pool), full_pool=4)
     printed = capsys.readouterr().out
     assert "source=s2" in printed and "P(mixed)" in printed and "mixed_pool.jsonl" in printed
+    assert "dispersion (mean pairwise cosine distance" in printed
     # rerun: resumed from records.jsonl, nothing sampled again, the same files
     calls.clear()
     assert run_cli(pool, out, "--heldout-per-group", "2")["overall"] == summary["overall"]
@@ -234,6 +316,7 @@ def test_tiny_checkpoint_bands_agree_with_records(tmp_path, capsys):
         assert row["n_correct"] == sum(s["correct"] for s in rec["samples"]) == rec["n_correct"]
         assert row["band"] == B.band(row["n_correct"], 3)
         assert sum(row["finish_reasons"].values()) == 3 and 1 <= row["distinct_answers"] <= 3
+        assert row["dispersion"] == rec["dispersion"] and 0.0 <= row["dispersion"] <= 2.0
     assert sum(summary["histogram"]) == 6
     assert sum(summary["overall"][b] for b in B.BANDS) == 6
     assert sum(g["n"] for g in summary["per_group"].values()) == 6
@@ -245,5 +328,7 @@ def test_tiny_checkpoint_bands_agree_with_records(tmp_path, capsys):
     assert (tmp_path / "b" / "heldout.jsonl").read_text() == (tmp_path / "a" / "heldout.jsonl").read_text()
     c = B.main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert c["n"] == 6 and sum(sum(row.values()) for row in c["table"].values()) == 6
+    assert not c["shared_draws"] and 0 <= c["noise"]["expected_changes"] <= 6  # seeds 0 and 1: independent draws
     same = B.main(["compare", str(tmp_path / "a"), str(tmp_path / "a" / "bands.jsonl")])  # diagonal
     assert all(same["table"][x][y] == (summary["overall"][x] if x == y else 0) for x in B.BANDS for y in B.BANDS)
+    assert same["changes"] == 0 and same["shared_draws"]  # one run against itself: the same draws

@@ -185,3 +185,30 @@ def test_scripts_exit_with_one_error_line_from_the_shell(script, argv, tmp_path)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert lines[-1].startswith(f"{script}: error: "), r.stderr
+
+
+def readme_commands(script):
+    """Every `python SCRIPT ...` command in the README and docs/*.md code blocks, continuation lines joined and
+    comments dropped, as argv lists (without the script)."""
+    import shlex
+    root = Path(__file__).resolve().parent.parent
+    out = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for block in doc.read_text().split("```")[1::2]:
+            for command in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(command, comments=True) if script in command else []
+                if words[:2] == ["python", script]:  # the loops' shell variables: $o an objective, $s a seed
+                    out.append((doc.name, [w.replace("$o", "drgrpo").replace("$s", "1") for w in words[2:]]))
+    return out
+
+
+def test_every_train_rl_command_the_docs_show_parses_and_combines():
+    """The real-model recipes cannot run here; their flags must at least exist and pass check_config together."""
+    import train_rl as T
+    commands = readme_commands("train_rl.py")
+    assert len(commands) >= 5 and any("--lora-rank" in argv for _, argv in commands)
+    for doc, argv in commands:
+        try:
+            T.check_config(T.parse_args(argv))
+        except (SystemExit, ValueError) as e:
+            raise AssertionError(f"{doc}: python train_rl.py {' '.join(argv)}: {e}") from None

@@ -128,6 +128,53 @@ def test_bootstrap_and_mcnemar():
 
 
 # -----------------------------------------------------------------------------
+# Embedding dispersion: hand-made embeddings, then completions through a tiny random model
+
+
+def test_embedding_dispersion_hand_values():
+    d = lambda *rows: E.embedding_dispersion(torch.tensor(rows, dtype=torch.float32))  # noqa: E731
+    assert d([1, 0], [0, 1]) == pytest.approx(1.0)  # orthogonal
+    assert d([1, 0], [1, 0]) == 0.0 and d([2, 0], [0.5, 0]) == pytest.approx(0.0)  # same direction, any length
+    assert d([1, 0], [1, 1]) == pytest.approx(1 - 1 / math.sqrt(2))  # cos 45 degrees
+    assert d([1, 0], [-1, 0]) == pytest.approx(2.0)  # opposite: the largest distance
+    # three vectors, three pairs: 1 ([1,0],[0,1]) and 1 - 1/sqrt(2) twice (each with [1,1])
+    assert d([1, 0], [0, 1], [1, 1]) == pytest.approx((1 + 2 * (1 - 1 / math.sqrt(2))) / 3)
+    assert d([1, 0], [0, 0]) == pytest.approx(1.0)  # a zero vector: cosine 0 with everything
+    assert math.isnan(d([1, 0]))  # a group of one has no pair
+    with pytest.raises(ValueError, match=r"needs a \(G, d\) tensor of embeddings, got shape \(3,\)"):
+        E.embedding_dispersion(torch.ones(3))
+
+
+def test_completion_embeddings_pool_the_completion_only(char_model_dir):
+    net, tok = M.load_model(char_model_dir, device="cpu"), M.load_tokenizer(char_model_dir)
+    prompt, other_prompt = tok.encode("Problem: 2+2\nSolution:"), tok.encode("Q: 3*3?")
+    short, long = tok.encode(" 4"), tok.encode(" 2+2 = 4, so the answer is 4.")
+    net.train()  # the function runs in eval mode and gives the mode back
+    e = E.completion_embeddings(net, [prompt, other_prompt, prompt, prompt], [short, long, short, long])
+    assert e.shape == (4, net.config.hidden_size) and e.dtype == torch.float32 and net.training
+    with torch.no_grad():  # by hand: the final hidden states of prompt + completion, averaged over the completion
+        h = net.hidden_states(torch.tensor([prompt + short]))[0]
+    assert torch.allclose(e[0], h[len(prompt):].mean(0), atol=1e-6)
+    assert not torch.allclose(e[0], h.mean(0), atol=1e-3)  # the prompt positions are left out
+    # padding: `short` padded to the longest sequence of its batch is the same as alone
+    alone = E.completion_embeddings(net, [prompt], [short])
+    assert torch.allclose(alone[0], e[0], atol=1e-6) and torch.allclose(e[0], e[2], atol=1e-6)
+    one_by_one = E.completion_embeddings(net, [prompt, other_prompt], [short, long], token_budget=1)  # a chunk each
+    assert torch.allclose(one_by_one, e[:2], atol=1e-6)
+    # through the cache of a prompt prefilled once and left-padded: the same as the plain forward by hand
+    with torch.no_grad():
+        h_long = net.hidden_states(torch.tensor([other_prompt + long]))[0]
+    assert torch.allclose(e[1], h_long[len(other_prompt):].mean(0), atol=1e-5)
+    # identical completions: dispersion ~0; different ones: above 0
+    assert E.embedding_dispersion(e[[0, 2]]) == pytest.approx(0.0, abs=1e-6)
+    assert E.embedding_dispersion(e[[0, 3]]) > 1e-3
+    for prompts, completions, message in [([prompt], [short, long], "1 prompts but 2 completions"),
+                                          ([prompt, prompt], [short, []], "completion 1 has no tokens")]:
+        with pytest.raises(ValueError, match=message):
+            E.completion_embeddings(net, prompts, completions)
+
+
+# -----------------------------------------------------------------------------
 # Generation runs with the tiny random model
 
 
@@ -208,12 +255,21 @@ def test_resume_refuses_another_protocol(tiny, data, tmp_path):
         run_cli(tiny, data, out)
 
 
-def test_multi_sample_run(tiny, data, tmp_path):
+def test_multi_sample_run(tiny, data, tmp_path, capsys):
     summary = run_cli(tiny, data, tmp_path / "run", "--samples", "3", "--temperature", "1.0", "--limit", "2")
     records = read_lines(tmp_path / "run" / "records.jsonl")
     assert all(len(r["samples"]) == 3 and "n_correct" in r and "selected" in r for r in records)
     assert set(summary["pass_at_k"]) == {"pass@1", "pass@2", "pass@3"} and "majority vote" in summary["selection"]
     check_summary_against_records(summary, records)
+    # the dispersion of each problem's samples, and its mean and cost in the summary
+    assert all(0.0 <= r["dispersion"] <= 2.0 and r["embedding_seconds"] > 0 for r in records)
+    assert summary["dispersion_mean"] == pytest.approx(sum(r["dispersion"] for r in records) / len(records))
+    assert summary["embedding_seconds"] == pytest.approx(sum(r["embedding_seconds"] for r in records))
+    assert "dispersion " in capsys.readouterr().out
+    assert "dispersion_mean" not in run_cli(tiny, data, tmp_path / "greedy1", "--limit", "1")  # one sample: none
+    off = run_cli(tiny, data, tmp_path / "off", "--samples", "3", "--temperature", "1.0", "--limit", "1",
+                  "--no-dispersion")
+    assert off["dispersion_mean"] is None and "dispersion" not in read_lines(tmp_path / "off" / "records.jsonl")[0]
     with pytest.raises(ValueError, match="temperature > 0"):
         run_cli(tiny, data, tmp_path / "greedy", "--samples", "3")
 
@@ -296,6 +352,21 @@ def test_evaluate_majority_and_pass_at_k_with_known_samples(tiny, data, monkeypa
     assert summary["pass_at_k"]["pass@1"] == pytest.approx((0.4 + 0.2) / 2)
     assert summary["pass_at_k"]["pass@2"] == pytest.approx((0.7 + 0.4) / 2)
     assert summary["pass_at_k"]["pass@5"] == 1.0
+
+
+def test_dispersion_of_scripted_samples(tiny, data, monkeypatch):
+    script = {PROBLEMS[0][0]: ["4"] * 4,  # four identical completions: dispersion 0
+              PROBLEMS[1][0]: ["9", "8", "9", "1000000"]}  # different completions: above 0
+    monkeypatch.setattr(sample, "generate", scripted_generate(script))
+    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data), limit=2), 32, samples=4,
+                                  temperature=0.7, batch_size=1, dispersion=True)
+    assert records[0]["dispersion"] == pytest.approx(0.0, abs=1e-6) and records[1]["dispersion"] > 1e-4
+    assert summary["dispersion_mean"] == pytest.approx((records[0]["dispersion"] + records[1]["dispersion"]) / 2)
+    # a record depends on its own samples only: the same with both problems in one batch
+    again, _ = E.evaluate(net, tokenizer, P.load_problems(str(data), limit=2), 32, samples=4, temperature=0.7,
+                          dispersion=True)
+    assert [r["dispersion"] for r in again] == pytest.approx([r["dispersion"] for r in records], abs=1e-6)
 
 
 def test_chat_template_prompts_and_stop_tokens(tiny, data, monkeypatch):

@@ -411,7 +411,8 @@ def test_grpo_with_kl_logs_a_nonnegative_kl(run_setup):
 
 @pytest.mark.parametrize("objective", sorted(T.OBJECTIVES))
 def test_every_objective_runs_and_updates(run_setup, char_model_dir, objective):
-    run = T.train(run_setup(objective=objective, steps=2, out=str(run_setup().out) + objective))
+    extra = dict(passk_k=2) if objective == "passk" else {}  # k must be below the group size of 4
+    run = T.train(run_setup(objective=objective, steps=2, out=str(run_setup().out) + objective, **extra))
     m = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["loss"]) and not r["skipped_update"] for r in m), m
     before, after = weights(char_model_dir), weights(run / "final")
@@ -445,11 +446,11 @@ def test_dynamic_sampling_keeps_only_mixed_groups(run_setup, char_model_dir):
     policy, tok = M.load_model(char_model_dir, device="cpu"), M.load_tokenizer(char_model_dir)
     pool = T.P.load_problems(run_setup().dataset)
     seconds = dict(sampling=0.0, verifying=0.0)
-    plain_drawn, plain_batch = T.draw_rollouts(policy, tok, pool, run_setup(), 0, seconds)
+    plain_drawn, plain_batch, _ = T.draw_rollouts(policy, tok, pool, run_setup(), 0, seconds)
     assert plain_drawn == plain_batch and len(plain_batch) == 2 * 4
     for step in range(4):
         cfg = run_setup(dynamic_sampling=True, max_draws=3)
-        drawn, batch = T.draw_rollouts(policy, tok, pool, cfg, step, seconds)
+        drawn, batch, _ = T.draw_rollouts(policy, tok, pool, cfg, step, seconds)
         groups = [batch[i:i + 4] for i in range(0, len(batch), 4)]
         assert all(0 < sum(r["correct"] for r in g) < 4 for g in groups)  # mixed correctness only
         assert len(drawn) % 8 == 0 and len(drawn) <= 3 * 8 and len(groups) <= 2
@@ -676,3 +677,16 @@ def test_checks_without_a_verdict_are_counted_per_step(run_setup, monkeypatch):
     monkeypatch.setattr(T.verify, "grade_batch", grade_with_two_errors)
     rows = [json.loads(x) for x in (T.train(run) / "metrics.jsonl").read_text().splitlines()]
     assert [r["verifier_errors"] for r in rows] == [2, 2]
+
+
+def test_group_dispersion_is_logged_and_zero_for_identical_completions(run_setup, char_model_dir):
+    import evaluate as E
+    run = T.train(run_setup(steps=2, dispersion_every=2))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert "group_dispersion" not in rows[0] and 0 <= rows[1]["group_dispersion"] <= 2
+    policy = M.load_model(char_model_dir, device="cpu")
+    same = [dict(prompt=[5, 6], tokens=[7, 8, 9]) for _ in range(3)]
+    assert T.group_dispersion(policy, same, 3) == pytest.approx(0, abs=1e-6)
+    mixed = same + [dict(prompt=[5, 6], tokens=[t, 9, 8]) for t in (10, 11, 12)]
+    emb = E.completion_embeddings(policy, [r["prompt"] for r in mixed], [r["tokens"] for r in mixed])
+    assert T.group_dispersion(policy, mixed, 3) == pytest.approx(E.embedding_dispersion(emb[3:]) / 2, abs=1e-6)

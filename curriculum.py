@@ -1,0 +1,185 @@
+"""
+Which problems a step draws, and which rollouts it learns from: a pass-rate curriculum and a replay buffer of
+the policy's own rare successes (train_rl.py --select pass_rate, --replay-fraction F).
+
+Pass-rate curriculum (--select pass_rate; the default, uniform, draws each epoch's permutation):
+- A table of attempts and successes per training problem, updated from every group the step samples.
+- Problems are drawn without replacement with weight p (1 - p), the variance of a sample's reward, which
+  bounds the expected improvement a group can give (Bae et al. 2025, "Online Difficulty Filtering for
+  Reasoning Oriented Reinforcement Learning", sec. 3); p is the Laplace estimate (s + 1) / (n + 2), so a
+  problem never drawn has p = 1/2, the highest weight: new problems are explored first.
+- A problem whose last --skip-window groups were each all right or each all wrong is skipped (GRESO, Zheng et
+  al. 2025, "Act Only When It Pays"): such groups give Dr. GRPO no gradient at all.
+- --pass-rate-floor is the least weight any problem has, skipped ones included, so none is starved.
+
+Replay (--replay-fraction F; ExGRPO, Zhan et al. 2025; RePO, Li et al. 2025):
+- A bounded buffer (--replay-size, first in first out) of right rollouts, one per group, from groups whose pass
+  rate is at most --replay-max-rate (problems the policy solves rarely), with the log-probs they were sampled
+  with; a problem's entries leave once a fresh group solves it more often than that.
+- Up to round(F * groups) of a step's groups whose problem has an entry get its newest entry in place of one
+  fresh wrong sample, groups with no fresh success first: a group that would be all wrong, and give no
+  gradient, now has one success to learn from. The replayed rollout's PPO ratio is taken against the
+  log-probs it was sampled with and clipped as every other ratio (train_rl.policy_update).
+Both are deterministic given the seed, and both are saved with each checkpoint, so --resume is exact.
+"""
+
+import math
+
+import torch
+
+SELECTIONS = ("uniform", "pass_rate")
+REWARDS = ("verifier", "random", "format")  # the true reward, and the two controls (train_rl.py --reward)
+
+
+# -----------------------------------------------------------------------------
+# The pass-rate table
+
+
+class PassRates:
+    """Per training problem: attempts and successes over all its groups, and the pass rates of its last groups."""
+
+    def __init__(self, ids, floor=0.01, skip_window=2):
+        self.index = {pid: i for i, pid in enumerate(ids)}
+        if len(self.index) != len(ids):
+            raise ValueError("--select pass_rate keeps a row per problem id, and the training pool repeats ids")
+        self.attempts, self.successes = [0] * len(ids), [0] * len(ids)
+        self.recent = [[] for _ in ids]  # per problem: successes / attempts of its last skip_window groups
+        self.floor, self.skip_window = floor, skip_window
+
+    def update(self, groups):
+        """Add each group's outcome: groups are lists of rollouts of one problem, each with 'pass' (bool)."""
+        for g in groups:
+            i, wins = self.index[g[0]["problem"]["id"]], sum(r["pass"] for r in g)
+            self.attempts[i] += len(g)
+            self.successes[i] += wins
+            self.recent[i] = (self.recent[i] + [wins / len(g)])[-max(1, self.skip_window):]
+
+    def skipped(self, i):
+        """GRESO: every one of the last skip_window groups was all right, or every one all wrong."""
+        last = self.recent[i]
+        return bool(self.skip_window) and len(last) == self.skip_window and (
+            all(x == 1.0 for x in last) or all(x == 0.0 for x in last))
+
+    def weights(self):
+        """Sampling weights: p (1 - p) with p = (s + 1) / (n + 2), the floor for skipped problems, never below it."""
+        out = []
+        for i, (n, s) in enumerate(zip(self.attempts, self.successes)):
+            p = (s + 1) / (n + 2)
+            out.append(self.floor if self.skipped(i) else max(p * (1 - p), self.floor))
+        return torch.tensor(out, dtype=torch.float64)
+
+    def draw(self, n, generator, exclude=()):
+        """n distinct problem indices not in exclude (fewer if the pool has fewer), drawn in proportion to the
+        weights."""
+        w = self.weights()
+        w[list(exclude)] = 0.0
+        n = min(n, int((w > 0).sum()))
+        return torch.multinomial(w, n, replacement=False, generator=generator).tolist() if n else []
+
+    def histogram(self):
+        """How many problems have each empirical pass rate: never drawn, 0, (0, 1/4], ..., (3/4, 1), 1."""
+        bins = dict(unseen=0, zero=0, low=0, mid_low=0, mid_high=0, high=0, one=0)
+        for n, s in zip(self.attempts, self.successes):
+            rate = s / n if n else None
+            key = ("unseen" if rate is None else "zero" if rate == 0 else "one" if rate == 1 else
+                   "low" if rate <= 0.25 else "mid_low" if rate <= 0.5 else "mid_high" if rate <= 0.75 else "high")
+            bins[key] += 1
+        return bins
+
+    def state(self):
+        return dict(attempts=self.attempts, successes=self.successes, recent=self.recent)
+
+    def load(self, state):
+        if len(state["attempts"]) != len(self.attempts):
+            raise ValueError(f"--resume: the saved pass-rate table has {len(state['attempts'])} problems, the pool "
+                             f"{len(self.attempts)}")
+        self.attempts, self.successes, self.recent = state["attempts"], state["successes"], state["recent"]
+
+
+# -----------------------------------------------------------------------------
+# The replay buffer
+
+
+class ReplayBuffer:
+    """Right rollouts of rarely solved problems, oldest first; each entry keeps what the update needs."""
+
+    KEEP = ("prompt", "tokens", "sampler_logprobs", "text", "finish_reason", "reward", "correct", "pass", "boxed")
+
+    def __init__(self, capacity=256, max_rate=0.25):
+        self.capacity, self.max_rate, self.entries = capacity, max_rate, []
+
+    def add(self, groups, step):
+        """One right rollout (the first) per group whose pass rate is in (0, max_rate]; a problem solved more
+        often than that leaves the buffer. Oldest entries go first once the buffer is full."""
+        for g in groups:
+            pid, rate = g[0]["problem"]["id"], sum(r["pass"] for r in g) / len(g)
+            if rate > self.max_rate:
+                self.entries = [e for e in self.entries if e["id"] != pid]
+            elif rate > 0:
+                first = next(r for r in g if r["pass"])
+                self.entries.append(dict(id=pid, step=step, **{k: first[k] for k in self.KEEP}))
+        self.entries = self.entries[-self.capacity:] if self.capacity else []
+
+    def newest(self, pid):
+        return next((e for e in reversed(self.entries) if e["id"] == pid), None)
+
+    def apply(self, groups, fraction):
+        """Put one replayed success in place of a fresh wrong sample in up to round(fraction * len(groups))
+        groups whose problem has an entry, the groups with fewest fresh successes first (in place); returns
+        how many groups got one."""
+        budget = round(fraction * len(groups))
+        candidates = [(sum(r["pass"] for r in g), j) for j, g in enumerate(groups)
+                      if self.newest(g[0]["problem"]["id"]) is not None and not all(r["pass"] for r in g)]
+        chosen = [j for _, j in sorted(candidates)[:budget]]
+        for j in chosen:
+            g = groups[j]
+            entry = self.newest(g[0]["problem"]["id"])
+            last_wrong = max(i for i, r in enumerate(g) if not r["pass"])
+            g[last_wrong] = dict(problem=g[last_wrong]["problem"], replayed=True, replayed_from=entry["step"],
+                                 **{k: entry[k] for k in self.KEEP})
+        return len(chosen)
+
+    def state(self):
+        return dict(entries=self.entries)
+
+    def load(self, state):
+        self.entries = state["entries"]
+
+
+# -----------------------------------------------------------------------------
+# The reward controls (Shao et al. 2025, "Spurious Rewards: Rethinking Training Signals in RLVR")
+
+
+def control_pass(kind, rollout):
+    """What the learner is told is a success: the verifier's verdict, a fair coin seeded by the rollout's
+    sampling seed and index in its group (so runs repeat), or 'has a final boxed answer' whatever it says."""
+    if kind == "verifier":
+        return rollout["correct"]
+    if kind == "format":
+        return rollout["boxed"]
+    gen = torch.Generator().manual_seed((rollout["seed"] * 1_000_003 + rollout["sample"]) % 2**63)
+    return bool(torch.rand((), generator=gen) < 0.5)
+
+
+# -----------------------------------------------------------------------------
+# A pass@k advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration and Exploitation")
+
+
+def passk_advantages(correct, k):
+    """(P, G) bools -> (P, G) advantages that maximize pass@k of the group (Chen et al. 2025, sec. 3.3): with
+    N samples, c right, rho = 1 - C(N-c, k)/C(N, k), sigma = sqrt(rho (1 - rho)), a right sample gets
+    (1 - rho)/sigma and a wrong one (1 - rho - C(N-c-1, k-1)/C(N-1, k-1))/sigma; 0 where sigma = 0 (all right,
+    all wrong, or k = N). Exact integer binomials (math.comb), so nothing overflows."""
+    N = correct.shape[1]
+    if not 1 <= k <= N:
+        raise ValueError(f"--passk-k must be in [1, --group-size {N}], got {k}")
+    out = torch.zeros(correct.shape, dtype=torch.float32)
+    for i, row in enumerate(correct.tolist()):
+        c = sum(row)
+        rho = 1 - math.comb(N - c, k) / math.comb(N, k)
+        sigma = math.sqrt(rho * (1 - rho))
+        if sigma < 1e-12:
+            continue
+        wrong = (1 - rho - math.comb(N - c - 1, k - 1) / math.comb(N - 1, k - 1)) / sigma
+        out[i] = torch.tensor([(1 - rho) / sigma if ok else wrong for ok in row])
+    return out
