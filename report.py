@@ -7,8 +7,8 @@ PNG plots beside it.
 
 Every number comes from the files a run directory holds, read by one small function per kind of directory
 (READERS): a train_rl.py run (config.json, metrics.jsonl, final/), an evaluate.py output (settings.json,
-records.jsonl, summary.json), a bands.py output (bands.jsonl, bands_summary.json) and, once rounds.py exists,
-a rounds run. Each becomes a Run: its settings, seed, status and the evaluations it holds as counts.
+records.jsonl, summary.json), a bands.py output (bands.jsonl, bands_summary.json) and a rounds.py run
+(rounds.jsonl). Each becomes a Run: its settings, seed, status and the evaluations it holds as counts.
 
 - Runs: what each run is (the settings that differ between the runs given, or --by), seed, steps, final
   validation and test accuracy with 95% Wilson intervals (evaluate.wilson), compute and code version.
@@ -247,18 +247,39 @@ def read_bands_run(path):
 
 
 def read_rounds_run(path):
-    # PLACEHOLDER: rounds.py does not exist yet and its files are not fixed. When it lands, this reads them into
-    # Run(kind="rounds", rounds=[{round, n, fast_correct, deliberate_correct}, ...]); the tables and plots
-    # below already take that form.
-    raise ValueError(f"{path}: looks like a rounds.py run, which report.py cannot read yet (rounds.py's format "
-                     f"is not fixed)")
+    """A rounds.py run: one entry per row of rounds.jsonl (row 0 is pi_0), accuracies back to counts; complete
+    once it holds rounds + 1 rows and round_<rounds>/."""
+    cfg = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    rows, cut = read_log(path / "rounds.jsonl")
+    rounds = []
+    for row in rows:
+        counts = {}
+        for mode in ("fast", "deliberate"):
+            n = row[f"{mode}_n"]
+            counts[f"{mode}_correct"] = round(row[f"{mode}_accuracy"] * n)
+        rounds.append(dict(round=row["round"], n=row["fast_n"], **counts))
+    want = cfg.get("rounds")
+    problems = []
+    if want is not None and len(rows) < want + 1:
+        problems.append(f"{len(rows)} of {want + 1} rows")
+    if cut:
+        problems.append("partial last line")
+    if not cfg:
+        problems.append("no config.json")
+    status = "complete" if not problems else "incomplete: " + ", ".join(problems)
+    last = rows[-1] if rows else {}
+    compute = dict(generated_tokens=sum(r.get("deliberation_tokens", 0) or 0 for r in rows) or None,
+                   flops=last.get("cumulative_flops"), wall_s=sum(r.get("seconds", 0) or 0 for r in rows) or None,
+                   device=cfg.get("device") or "auto", code=cfg.get("code_version"))
+    return Run(path, "rounds", cfg, cfg.get("seed"), status, steps=len(rows) - 1 if rows else 0, rounds=rounds,
+               compute=compute)
 
 
 # (what marks the kind, its reader), tried in order: a bands.py output also holds an evaluation's files.
 READERS = (
     (lambda d: (d / "config.json").is_file() and (d / "metrics.jsonl").is_file(), read_train_run),
     (lambda d: (d / "bands.jsonl").is_file(), read_bands_run),
-    (lambda d: (d / "rounds.jsonl").is_file(), read_rounds_run),  # placeholder marker, see read_rounds_run
+    (lambda d: (d / "rounds.jsonl").is_file(), read_rounds_run),
     (lambda d: (d / "settings.json").is_file() and (d / "records.jsonl").is_file(), read_eval_run),
 )
 

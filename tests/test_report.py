@@ -203,12 +203,27 @@ def test_a_directory_that_is_not_a_run_gets_an_error_naming_it(tmp_path, capsys,
             R.cli.run_main(lambda: R.main([str(good), str(bad), "--out", str(tmp_path / "o")]), "report.py")
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"report.py: error: {bad}: {message}") and "\n" not in err
-    (tmp_path / "rounds").mkdir()
-    (tmp_path / "rounds" / "rounds.jsonl").write_text("")
-    with pytest.raises(ValueError, match="rounds.py run, which report.py cannot read yet"):
-        R.read_run(tmp_path / "rounds")
     with pytest.raises(ValueError, match="--by nosuch"):
         R.report([good], tmp_path / "o", by=["nosuch"])
+
+
+def test_a_rounds_run_is_read_back_to_counts_and_a_short_one_is_incomplete(tmp_path):
+    """rounds.jsonl rows (rounds.py's mode_fields) become counts: accuracy x n, rounded; compute adds up."""
+    run = tmp_path / "rounds"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(dict(rounds=2, seed=3, dataset="tiny_ladder_train")))
+    rows = [dict(round=i, fast_accuracy=(2 + i) / 8, fast_n=8, deliberate_accuracy=(4 + i) / 8, deliberate_n=8,
+                 deliberation_tokens=100 * i, cumulative_flops=1e9 * i, seconds=10.0) for i in range(3)]
+    (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    short = R.read_run(run)
+    assert short.kind == "rounds" and short.status == "incomplete: 2 of 3 rows" and not short.complete
+    (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = R.read_run(run)
+    assert done.complete and done.seed == 3 and done.steps == 2
+    assert done.rounds == [dict(round=i, n=8, fast_correct=2 + i, deliberate_correct=4 + i) for i in range(3)]
+    assert done.compute["generated_tokens"] == 300 and done.compute["flops"] == 2e9 and done.compute["wall_s"] == 30
+    table = tables(R.report_markdown([done], [], []))["Rounds: fast and deliberate accuracy"]
+    assert [r["deliberate accuracy [95% CI]"] for r in table] == [acc_ci(4 + i, 8) for i in range(3)]
 
 
 def test_by_settings_describe_runs_and_seed_keeps_seeds_apart(tmp_path, data):
