@@ -5,10 +5,12 @@ committed checkpoint, then greedy accuracy and direct-answer share on tiny_test 
     python benchmarks/compare_objectives.py             # every objective x seeds 0-2, 12 steps x 8 problems (~9 min)
     python benchmarks/compare_objectives.py --quick     # drgrpo and grpo, seed 0, 4 steps (a smoke test)
     python benchmarks/compare_objectives.py --epochs-per-batch 4   # any other flag goes to every train_rl run
+    python report.py runs/objectives/*/final_eval --by objective --out runs/report/objectives  # the same, with intervals
 
 Every run uses the tiny world's defaults from train_rl.py (G = 8, lr 1e-4, 64 new tokens) and each
 objective's own flag defaults (e.g. DAPO's clip-higher and dynamic sampling); only the objective and the
-seed change. All seeds are printed, none dropped.
+seed change. All seeds are printed, none dropped. Each run stays in --keep DIR (runs/objectives) with its
+evaluation of final/ in final_eval/ (evaluate.py's records and summary), which report.py reads.
 """
 
 import argparse
@@ -29,12 +31,13 @@ import model as M  # noqa: E402
 import problems as P  # noqa: E402
 import train_rl as T  # noqa: E402
 
-def greedy_test(model_path, n_test):
-    """(greedy accuracy, direct-answer share, mean response tokens) on the first n_test tiny_test problems."""
+def greedy_test(model_path, n_test, out_dir=None):
+    """(greedy accuracy, direct-answer share, mean response tokens) on the first n_test tiny_test problems;
+    with out_dir the evaluation's records and summary are written there (report.py reads them)."""
     test = P.load_problems("tiny_test", limit=n_test)
     tokenizer = M.load_tokenizer(model_path)
     records, summary = E.evaluate(M.load_model(model_path, device="cpu"), tokenizer, test,
-                                  max_new_tokens=64, batch_size=n_test)
+                                  max_new_tokens=64, batch_size=n_test, out_dir=out_dir, dataset="tiny_test")
     direct = sum(T.is_direct_answer(r["response"]) for r in records) / len(records)
     length = statistics.mean(len(tokenizer.encode(r["response"])) for r in records)
     return summary["accuracy"], direct, length
@@ -49,7 +52,7 @@ def rl_effect(objective, seed, out, steps=12, problems_per_step=8, n_test=200, m
     cfg.model = str(model)
     with contextlib.redirect_stdout(io.StringIO()):  # the per-step lines of every run would drown the table
         run = T.train(cfg)
-    return greedy_test(model, n_test), greedy_test(run / "final", n_test)
+    return greedy_test(model, n_test), greedy_test(run / "final", n_test, out_dir=run / "final_eval")
 
 
 def main():
@@ -63,6 +66,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--model", default="tiny", help="start from this checkpoint (the tiny world's settings apply)")
     ap.add_argument("--out", default="", help="also write the rows as JSON here")
+    ap.add_argument("--keep", default="runs/objectives", help="run directories (each with final_eval/); '' keeps none")
     args, flags = ap.parse_known_args()  # the rest go to train_rl.py, e.g. --epochs-per-batch 4
     if args.quick:
         args.objectives, args.seeds, args.steps, args.n_test = "drgrpo,grpo", "0", 4, 100
@@ -73,7 +77,10 @@ def main():
         for objective in objectives:
             for seed in seeds:
                 t0 = time.time()
-                before, after = rl_effect(objective, seed, Path(tmp) / f"{objective}-{seed}", args.steps,
+                run = Path(args.keep or tmp) / f"{objective}{''.join(flags).replace('--', '-')}-s{seed}"
+                if run.exists():
+                    raise SystemExit(f"compare_objectives.py: error: {run} exists; remove it or pass another --keep")
+                before, after = rl_effect(objective, seed, run, args.steps,
                                           args.problems_per_step, args.n_test, args.model, flags)
                 rows.append(dict(objective=objective, seed=seed, before=before, after=after, seconds=time.time() - t0))
                 print(f"{objective} seed {seed}: accuracy {before[0]:.3f} -> {after[0]:.3f}, direct share "

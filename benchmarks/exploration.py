@@ -97,7 +97,7 @@ def print_table(out, levels=tiny.LADDER_LEVELS):
     print(f"\n{first['model']}: {first['steps']} steps x {first['problems_per_step']} problems x {first['group_size']} "
           f"samples on the first {first['questions']} tiny_ladder_train problems; mean over seeds ± 95% t half-width; "
           f"greedy step-valid accuracy per rung, pass@8 over all\n")
-    print("| method | seeds | generated tokens | FLOPs | seconds | train accuracy | "
+    print("| method | seeds | generated tokens | FLOPs | train seconds (shared CPU) | train accuracy | "
           + " | ".join(f"rung {lv}" for lv in levels) + " | all rungs | pass@8 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in levels) + " | ---: | ---: |")
     for m, rs in by.items():
