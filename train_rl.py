@@ -446,10 +446,7 @@ def group_dispersion(model, rollouts, G):
     hidden states under the sampling model (evaluate.embedding_dispersion): diversity of content, as the policy
     itself represents it, where length spread and n-gram overlap see only the surface."""
     from evaluate import completion_embeddings, embedding_dispersion
-    if G < 2 or not rollouts:
-        return float("nan")
-    keep = [r for r in rollouts if r["tokens"]]  # an empty completion has no hidden state to pool
-    if len(keep) < len(rollouts):
+    if G < 2 or not rollouts or not all(r["tokens"] for r in rollouts):  # an empty completion has nothing to pool
         return float("nan")
     emb = completion_embeddings(model, [r["prompt"] for r in rollouts], [r["tokens"] for r in rollouts])
     return sum(embedding_dispersion(emb[i:i + G]) for i in range(0, len(rollouts), G)) / (len(rollouts) // G)
