@@ -443,13 +443,16 @@ def seeds_table(runs, keys):
             evals = [final_accuracy(r)[split == "test"] for r in done]
             if not evals or any(e is None for e in evals):
                 continue
-            accs = [e.accuracy for e in evals]
-            mean, ci = t_interval(accs)
             label = split if kind != "eval" else evals[0].split
-            rows.append([what, label, len(done), " / ".join(str(r.seed) for r in done),
-                         " / ".join(pct(a) for a in accs), pct(mean), f"{pct(min(accs))} - {pct(max(accs))}",
-                         "-" if ci is None else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]", left_out])
-    return md_table(["what", "split", "n seeds", "seeds", "accuracy per seed", "mean", "min - max",
+            shared = set.intersection(*(set(e.per_group) for e in evals))  # groups every seed was evaluated on
+            for group in ["all", *sorted(shared)]:
+                accs = [e.accuracy if group == "all" else e.per_group[group][2] for e in evals]
+                mean, ci = t_interval(accs)
+                rows.append([what, label if group == "all" else f"{label} {group}", len(done),
+                             " / ".join(str(r.seed) for r in done), " / ".join(pct(a) for a in accs), pct(mean),
+                             f"{pct(min(accs))} - {pct(max(accs))}",
+                             "-" if ci is None else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]", left_out])
+    return md_table(["what", "split (group)", "n seeds", "seeds", "accuracy per seed", "mean", "min - max",
                      "95% t interval (seeds)", "left out"], rows)
 
 
@@ -566,16 +569,28 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
-def draw_family(ax, series, label, color):
-    """One line per run (seed by line style) and the min-max band over the seeds at each point."""
-    for i, (run, x, y) in enumerate(series):
-        ax.plot(x, y, SEED_STYLES[i % len(SEED_STYLES)], color=color, lw=1.2, ms=3,
-                marker="o" if len(x) <= 12 else None,  # a few evaluations: show where they are
-                label=f"{label or run.name}, seed {run.seed}" + ("" if run.complete else " (incomplete)"))
+def draw_family(ax, series, color, styles):
+    """One line per run (its seed's line style) and the min-max band over the seeds at each point."""
+    for run, x, y in series:
+        ax.plot(x, y, styles[run.seed], color=color, lw=1.2 if run.complete else 0.7, ms=3,
+                marker="o" if len(x) <= 12 else None)  # a few evaluations: show where they are
     done = [(x, y) for run, x, y in series if run.complete]  # an incomplete run is drawn, never in a band
     if len(done) > 1 and len({len(x) for x, _ in done}) == 1:
         xs, ys = np.array([x for x, _ in done], float), np.array([y for _, y in done], float)
         ax.fill_between(xs.mean(0), np.nanmin(ys, 0), np.nanmax(ys, 0), color=color, alpha=0.18, lw=0)
+
+
+def legend_entries(families, colors, styles):
+    """A legend that stays readable with many runs: one entry per family (its colour), one per seed (its line
+    style), and one per incomplete run, instead of one per run."""
+    from matplotlib.lines import Line2D
+    entries = [(Line2D([], [], color=colors[j % len(colors)], lw=2), what if what != "-" else group[0].name)
+               for j, ((_, what, _), group) in enumerate(families.items())]
+    if len(styles) > 1:
+        entries += [(Line2D([], [], color="black", ls=style, lw=1.2), f"seed {seed}") for seed, style in styles.items()]
+    entries += [(Line2D([], [], color="black", lw=0.7), f"{r.name} (incomplete, thin)")
+                for group in families.values() for r in group if not r.complete]
+    return entries
 
 
 def curve_figure(plt, runs, keys, panels, dpi):
@@ -583,20 +598,24 @@ def curve_figure(plt, runs, keys, panels, dpi):
     fig, axes = plt.subplots(len(panels), 2, figsize=(12, 3.2 * len(panels)), dpi=dpi, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     families = seed_groups(runs, keys)
+    seeds = sorted({r.seed for r in runs}, key=str)
+    styles = {seed: SEED_STYLES[i % len(SEED_STYLES)] for i, seed in enumerate(seeds)}
     for row, (ylabel, data) in zip(axes, panels):
-        for j, ((kind, what, _), group) in enumerate(families.items()):
+        for j, group in enumerate(families.values()):
             for ax, xi, xlabel in ((row[0], 0, "step"), (row[1], 1, "cumulative FLOPs (sampling + training)")):
                 series = [(r, data[r.name][xi], data[r.name][2]) for r in group if r.name in data]
-                draw_family(ax, series, "" if what == "-" else what, colors[j % len(colors)])
+                draw_family(ax, series, colors[j % len(colors)], styles)
                 ax.set_xlabel(xlabel)
                 if xi == 0:
                     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
                 ax.set_ylabel(ylabel)
                 ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(3, max(1, len(labels))), fontsize=9, frameon=False)
+    handles, labels = zip(*legend_entries(families, colors, styles))
+    # columns as wide as the longest label allows at 9 pt (~0.07 inch a character, 0.8 for the line sample)
+    ncol = max(1, min(3, int(fig.get_figwidth() // (0.07 * max(map(len, labels)) + 0.8))))
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=9, frameon=False)
     height = fig.get_figheight()  # fixed margins in inches (tight_layout costs seconds per figure)
-    legend = 0.25 * math.ceil(len(labels) / 3) + 0.15
+    legend = 0.25 * math.ceil(len(labels) / ncol) + 0.15
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.55 / height, top=1 - legend / height, wspace=0.22,
                         hspace=0.75 / 3.2)
     return fig

@@ -7,13 +7,16 @@ reward controls: the pass-rate curriculum, replay of rare successes, W-REINFORCE
     python benchmarks/exploration.py run --methods baseline,replay --seeds 0   # a subset (e.g. a second process)
     python benchmarks/exploration.py table            # the README table from the JSONs written so far
     python benchmarks/exploration.py run --quick      # small shapes: a smoke test, not a measurement
+    python benchmarks/exploration.py validate         # write final_eval/ into runs kept from before, checked
+    python report.py runs/exploration/*/final_eval --by objective,select,replay_fraction,reward  # with intervals
 
 Every run: `--model M --dataset tiny_ladder_train` with the ladder's defaults (16 problems x 8 samples a step,
 lr 1e-4, 128 new tokens, the step check as the reward), the same first --questions training problems (uniform
 over the rungs), the same steps and so the same number of generated rollouts; only the method's flags differ.
 Validation: greedy, step-checked, on the first --val problems of tiny_ladder_val (the rungs take turns), at
-the end, and pass@8 (8 samples at temperature 1) on its first --passk-val. Compute is train_rl's running
-totals (rollouts and training; validation left out).
+the end, and pass@8 (8 samples at temperature 1) on its first --passk-val, both kept in the run directory
+(final_eval/, final_eval_pass8/) for report.py. Compute is train_rl's running totals (rollouts and training;
+validation left out).
 """
 
 import argparse
@@ -59,11 +62,6 @@ def run_one(method, seed, args, out):
     seconds = time.time() - t0
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in rows if "reward_mean" in r]
-    net, tok = M.load_model(run_dir / "final", device="cpu"), M.load_tokenizer(run_dir / "final")
-    val = P.load_problems("tiny_ladder_val", args.val)
-    _, greedy = E.evaluate(net, tok, val, tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
-    records, sampled = E.evaluate(net, tok, val[:args.passk_val], tiny.LADDER_MAX_NEW_TOKENS, samples=8, temperature=1.0,
-                            group_by="level", grader="steps", seed=1234)
     result = dict(method=method, seed=seed, flags=METHODS[method] + args.flags, steps=args.steps, model=args.model,
                   problems_per_step=cfg.problems_per_step, group_size=cfg.group_size,
                   questions=args.questions, seconds=seconds, generated_tokens=steps[-1]["generated_tokens"],
@@ -71,12 +69,37 @@ def run_one(method, seed, args, out):
                   accuracy_true=statistics.mean(r["accuracy"] for r in steps),
                   reward=statistics.mean(r["reward_mean"] for r in steps),
                   dispersion=[r["group_dispersion"] for r in steps if "group_dispersion" in r],
-                  greedy={str(k): v["accuracy"] for k, v in greedy["per_group"].items()},
-                  greedy_all=greedy["accuracy"], pass8_all=sampled["pass_at_k"]["pass@8"],
-                  pass8={str(lv): statistics.mean(r["n_correct"] > 0 for r in records if r["level"] == lv)
-                         for lv in sorted({r["level"] for r in records})})
+                  **validate(run_dir, args))
     (out / f"{method}-s{seed}.json").write_text(json.dumps(result) + "\n")
     return result
+
+
+def validate(run_dir, args):
+    """Greedy per-rung accuracy and per-rung pass@8 of run_dir/final; the evaluations' records and summaries go
+    to run_dir/final_eval and run_dir/final_eval_pass8 (evaluate.py's layout), which report.py reads."""
+    net, tok = M.load_model(run_dir / "final", device="cpu"), M.load_tokenizer(run_dir / "final")
+    val = P.load_problems("tiny_ladder_val", args.val)
+    kw = dict(group_by="level", grader="steps", dataset="tiny_ladder_val")
+    _, greedy = E.evaluate(net, tok, val, tiny.LADDER_MAX_NEW_TOKENS, out_dir=run_dir / "final_eval", **kw)
+    records, sampled = E.evaluate(net, tok, val[:args.passk_val], tiny.LADDER_MAX_NEW_TOKENS, samples=8,
+                                  temperature=1.0, seed=1234, out_dir=run_dir / "final_eval_pass8", **kw)
+    return dict(greedy={str(k): v["accuracy"] for k, v in greedy["per_group"].items()},
+                greedy_all=greedy["accuracy"], pass8_all=sampled["pass_at_k"]["pass@8"],
+                pass8={str(lv): statistics.mean(r["n_correct"] > 0 for r in records if r["level"] == lv)
+                       for lv in sorted({r["level"] for r in records})})
+
+
+def backfill(out, args):
+    """Write final_eval/ and final_eval_pass8/ for runs made before validate() kept them, and check that they
+    reproduce the numbers in each run's JSON (greedy and the seeded samples are deterministic)."""
+    for path in sorted(out.glob("*-s*.json")):
+        saved, run_dir = json.loads(path.read_text()), out / path.stem
+        if not (run_dir / "final").is_dir():
+            print(f"{run_dir}: no final/ kept; skipped")
+            continue
+        again = validate(run_dir, args)
+        same = all(again[k] == saved[k] for k in again)
+        print(f"{run_dir}: {'reproduces' if same else 'DIFFERS FROM'} {path.name}", flush=True)
 
 
 def interval(xs):
@@ -132,7 +155,7 @@ def print_table(out, levels=tiny.LADDER_LEVELS):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=("run", "table"))
+    ap.add_argument("part", choices=("run", "table", "validate"))
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke test, not a measurement")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", default="0,1,2")
@@ -147,6 +170,8 @@ def main():
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.part == "validate":
+        return backfill(out, args)
     if args.part == "run":
         if args.quick:
             args.steps, args.questions, args.val, args.passk_val = 2, 16, 10, 5

@@ -148,14 +148,23 @@ def test_seeds_aggregate_and_evaluations_pair_as_computed_by_hand(tmp_path, data
                                    objective=dict(x="drgrpo", y="grpo")[method])
             dirs.append(hand_eval_run(tmp_path / "evals", f"{method}-s{seed}", correct, model=train / "final"))
     t = tables(R.report(dirs, tmp_path / "out", plots=False))
-    seeds = {r["what"]: r for r in t["Across seeds"]}
-    x, y = seeds["objective=drgrpo"], seeds["objective=grpo"]
+    seeds = {(r["what"], r["split (group)"]): r for r in t["Across seeds"]}
+    x, y = seeds["objective=drgrpo", "hand"], seeds["objective=grpo", "hand"]
     assert x["accuracy per seed"] == "50.0% / 60.0% / 70.0%" and x["mean"] == "60.0%"
     assert x["min - max"] == "50.0% - 70.0%"
     half = 4.303 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(3 seeds)
     assert x["95% t interval (seeds)"] == f"[{100 * (0.6 - half):.1f}, {100 * (0.6 + half):.1f}]"
     assert x["seeds"] == "0 / 1 / 2" and x["n seeds"] == "3" and x["left out"] == "-"
     assert y["mean"] == f"{100 * 26 / 30:.1f}%"
+    # per group across seeds: level 1 holds the even problems, level 2 the odd ones (hand_eval_run)
+    for level, first in ((1, 0), (2, 1)):
+        accs = [sum(c[first::2]) / 5 for c in scores["y"]]
+        mean = sum(accs) / 3
+        half = 4.303 * math.sqrt(sum((a - mean) ** 2 for a in accs) / 2) / math.sqrt(3)
+        row = seeds["objective=grpo", f"hand level={level}"]
+        assert row["accuracy per seed"] == " / ".join(f"{100 * a:.1f}%" for a in accs)
+        assert (row["mean"], row["95% t interval (seeds)"]) == (f"{100 * mean:.1f}%", f"[{100 * (mean - half):.1f}, "
+                                                                 f"{100 * (mean + half):.1f}]")
     pairs = {(r["A"], r["B"]): r for r in t["Paired comparisons (same problems)"]}
     # the reference is the first run given (x-s0); another x seed pairs with it, each y seed with x of its seed
     assert set(pairs) == {("`x-s0`", "`x-s1`"), ("`x-s0`", "`x-s2`"), *((f"`x-s{s}`", f"`y-s{s}`") for s in range(3))}
@@ -189,7 +198,7 @@ def test_an_incomplete_run_is_reported_as_such_and_never_averaged(tmp_path, data
     assert status["`eval-cut`"] == "incomplete: 3 of 5 problems recorded, no summary.json"
     group = [r for r in t["Across seeds"] if r["what"] == "kind=train"]
     assert {r["seeds"] for r in group} == {"0 / 1"} and all("`r-s2`" in r["left out"] for r in group)
-    val = next(r for r in group if r["split"] == "val")
+    val = next(r for r in group if r["split (group)"] == "val")
     assert val["mean"] == "100.0%"  # the killed run's last val (75%) is not in it
     assert [r for r in t["Across seeds"] if r["what"] == "kind=eval"][0]["n seeds"] == "0"
 
@@ -230,7 +239,8 @@ def test_by_settings_describe_runs_and_seed_keeps_seeds_apart(tmp_path, data):
     runs = [hand_train_run(tmp_path, f"r-s{s}", data, seed=s) for s in (0, 1)]
     t = tables(R.report(runs, tmp_path / "out", by=["objective", "seed"], plots=False))
     assert [r["what"] for r in t["Runs"]] == ["objective=drgrpo"] * 2
-    assert [r["n seeds"] for r in t["Across seeds"]] == ["1"] * 4  # val and test for each seed on its own
+    overall = [r for r in t["Across seeds"] if r["split (group)"] in ("val", "test")]
+    assert [r["n seeds"] for r in overall] == ["1"] * 4  # val and test for each seed on its own
     t = tables(R.report(runs, tmp_path / "out", by=["objective"], plots=False))
     assert {r["n seeds"] for r in t["Across seeds"]} == {"2"}
 
@@ -274,7 +284,8 @@ def test_pngs_are_images_of_the_stated_size_with_one_line_per_run(tmp_path, data
         assert len(ax.lines) == 4 and ax.get_xlabel() and ax.get_ylabel()
         assert len(ax.collections) == 2  # a min-max band over the seeds of each method
     labels = fig.legends[0].get_texts()
-    assert sorted(x.get_text() for x in labels) == [f"objective={o}, seed {s}" for o in methods for s in (0, 1)]
+    assert [x.get_text() for x in labels] == [f"objective={o}" for o in methods] + ["seed 0", "seed 1"]
+    assert {ax.lines[0].get_linestyle() for ax in fig.axes} == {"-"} and fig.axes[0].lines[1].get_linestyle() == "--"
     plt.close(fig)
     rounds = R.Run(Path("r"), "rounds", {}, 0, rounds=[dict(round=i, n=10, fast_correct=3 + i, deliberate_correct=6 + i)
                                                        for i in range(3)])
