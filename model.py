@@ -207,6 +207,27 @@ class KVCache:
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.pad.device)
         self.k, self.v, self.pad = self.k[:, rows], self.v[:, rows], self.pad[rows]
 
+    @staticmethod
+    def join(caches, room):
+        """One cache holding the rows of `caches` in order, with `room` free slots after a common write index:
+        each cache's filled slots move as one block so that all end there, and its pads grow by the shift, so
+        every token keeps its position. Continuous batching (sample.py) adds prefilled prompts this way."""
+        caches = [c for c in caches if c.batch_size]
+        spans = [(int(c.pad.min()), c.length) for c in caches]  # slots before the smallest pad hold nothing
+        length = max(end - start for start, end in spans)
+        passes, _, heads, _, dim = caches[0].k.shape
+        out = KVCache.__new__(KVCache)
+        shape = (passes, sum(c.batch_size for c in caches), heads, length + room, dim)
+        out.k, out.v = caches[0].k.new_zeros(shape), caches[0].v.new_zeros(shape)
+        out.pad = torch.cat([c.pad + (length - c.length) for c in caches])
+        out.length, row = length, 0
+        for c, (start, end) in zip(caches, spans):
+            rows = slice(row, row + c.batch_size)
+            out.k[:, rows, :, length - (end - start):length] = c.k[:, :, :, start:end]
+            out.v[:, rows, :, length - (end - start):length] = c.v[:, :, :, start:end]
+            row += c.batch_size
+        return out
+
 
 # -----------------------------------------------------------------------------
 # The model

@@ -6,7 +6,9 @@ How a call runs:
 2. Each chunk is left-padded and prefilled once per prompt; the cache is then copied n times, so the n
    samples of one prompt (a GRPO group) share the prefill, and each sample draws its own first token.
 3. Decoding feeds one token per live row; finished rows are compacted out of the batch (and the cache),
-   so they stop costing compute.
+   so they stop costing compute. With `slots` (continuous batching, what evaluation uses) there are no
+   chunks: at most `slots` rows decode together, and when a quarter of them have finished, waiting prompts
+   are prefilled and joined to the running cache, so a few long rows no longer hold a whole chunk.
 4. Every generated token gets its log-probability under the unmodified policy (softmax at temperature 1,
    before top-k/top-p), which training needs for importance ratios.
 
@@ -21,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+
+import model as M
 
 
 @dataclass
@@ -66,7 +70,8 @@ def row_keys(prompt_seeds, n):
 
 
 def gumbel_noise(keys, step, vocab):
-    """Standard Gumbel noise (B, vocab) as a pure function of (row key, step, token id)."""
+    """Standard Gumbel noise (B, vocab) as a pure function of (row key, step, token id); `step` is an int or
+    each row's own token index (B,)."""
     step_key = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32)  # (B,)
     token = torch.arange(vocab, device=keys.device, dtype=torch.int64) * 0xC2B2AE35
     bits = hash32((step_key[:, None] + token[None, :]).bitwise_and_(MASK32))  # (B, vocab) uniform 32-bit integers
@@ -144,55 +149,121 @@ def plan_chunks(prompts, n, max_new_tokens, token_budget):
 # Generation
 
 
+def prefill(model, prompts, n, room, pad_id):
+    """Left-pad and prefill the prompts once each, then repeat each prompt's cache row n times (a group shares
+    its prefill); returns (cache with `room` free slots, next-token logits (B * n, vocab))."""
+    device = model.lm_head.weight.device
+    B, L = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, L - len(p):] = torch.tensor(p)
+    cache = model.new_cache(B, L + room)
+    cache.pad = torch.tensor([L - len(p) for p in prompts], device=device)
+    logits = model(ids.to(device), cache=cache, last_only=True)[:, -1]  # (B, vocab): one prefill per prompt
+    if n > 1:
+        rows = torch.arange(B, device=device).repeat_interleave(n)
+        cache.select(rows)
+        logits = logits[rows]  # each of the n rows draws its own first token
+    return cache, logits
+
+
+def draw_tokens(logits, temperature, top_p, top_k, keys, steps, stop, results, result_ids):
+    """Sample the next token of each live row, append it and its log-probability under the policy (softmax at
+    temperature 1) to the row's Completion; returns (tokens, which rows drew a stop token)."""
+    logits = logits.float()
+    token = sample_next(logits, temperature, top_p, top_k, keys, steps)
+    logp = logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)  # log_softmax at the token
+    done = torch.isin(token, stop)
+    for r, t, lp, d in zip(result_ids.tolist(), token.tolist(), logp.tolist(), done.tolist()):
+        results[r].tokens.append(t)
+        results[r].logprobs.append(lp)
+        if d:
+            results[r].finish_reason = "stop"
+    return token, done
+
+
+def decode_step(decode, cache, live, token, row_result, pad_id):
+    """Feed the live rows' tokens (padding elsewhere) and return the next logits; compacts the finished rows
+    out of the cache now and then (copying the cache is not free). Returns (logits, row_result)."""
+    next_token = torch.full((cache.batch_size,), pad_id, dtype=torch.long, device=token.device)
+    next_token[live] = token
+    if int((row_result < 0).sum()) >= 0.25 * cache.batch_size:
+        keep = (row_result >= 0).nonzero().squeeze(-1)
+        cache.select(keep)
+        row_result, next_token = row_result[keep], next_token[keep]
+    return decode(next_token[:, None], cache=cache, last_only=True)[:, -1], row_result
+
+
 @torch.inference_mode()
 def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds,
                    pad_id, on_token, decode):
     """Complete one chunk of prompts: n rows each, in order prompt 0 sample 0..n-1, prompt 1, ...
     `decode` runs the one-token steps: the model itself, or its torch.compile'd forward."""
     device = model.lm_head.weight.device
-    B, L = len(prompts), max(len(p) for p in prompts)
-    ids = torch.full((B, L), pad_id, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, L - len(p):] = torch.tensor(p)
-    cache = model.new_cache(B, L + max_new_tokens)
-    cache.pad = torch.tensor([L - len(p) for p in prompts], device=device)
-    logits = model(ids.to(device), cache=cache, last_only=True)[:, -1]  # (B, vocab): one prefill per prompt
-    rows = torch.arange(B, device=device).repeat_interleave(n)
-    if n > 1:
-        cache.select(rows)
-        logits = logits[rows]  # each of the n rows draws its own first token below
+    cache, logits = prefill(model, prompts, n, max_new_tokens, pad_id)
+    B = len(prompts)
     results = [Completion(prompt_index=b) for b in range(B) for _ in range(n)]
     keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # (B * n,), follows the rows
     row_result = torch.arange(B * n, device=device)  # result index of each cache row; -1 once finished
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     for step in range(max_new_tokens):
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
-        live_logits = logits[live].float()
-        token = sample_next(live_logits, temperature, top_p, top_k, keys[row_result[live]], step)
-        logp = live_logits.gather(-1, token[:, None]).squeeze(-1) - live_logits.logsumexp(-1)  # log_softmax at token
-        done = torch.isin(token, stop)
-        for r, t, lp, d in zip(row_result[live].tolist(), token.tolist(), logp.tolist(), done.tolist()):
-            results[r].tokens.append(t)
-            results[r].logprobs.append(lp)
-            if d:
-                results[r].finish_reason = "stop"
+        token, done = draw_tokens(logits[live], temperature, top_p, top_k, keys[row_result[live]], step, stop,
+                                  results, row_result[live])
         on_token(len(live), int(done.sum()))
         row_result[live[done]] = -1
         if step == max_new_tokens - 1 or not bool((row_result >= 0).any()):
             break
-        next_token = torch.full((cache.batch_size,), pad_id, dtype=torch.long, device=device)
-        next_token[live] = token
-        finished = int((row_result < 0).sum())
-        if finished >= 0.25 * cache.batch_size:  # compact now and then: copying the cache is not free
-            keep = (row_result >= 0).nonzero().squeeze(-1)
-            cache.select(keep)
-            row_result, next_token = row_result[keep], next_token[keep]
-        logits = decode(next_token[:, None], cache=cache, last_only=True)[:, -1]
+        logits, row_result = decode_step(decode, cache, live, token, row_result, pad_id)
     return results
 
 
+@torch.inference_mode()
+def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds, pad_id,
+                   on_token, decode, slots):
+    """Continuous batching: at most `slots` rows decode together, and when enough of them have finished the
+    waiting prompts take their places (all n samples of a prompt at once, sharing its prefill), joined to the
+    running cache at its write index (KVCache.join). A row's draws depend only on (its prompt's seed, its
+    sample index, its own token index), so the completions are generate_chunk's, whatever joins when.
+    Returns the Completions in order prompt 0 sample 0..n-1, prompt 1, ..."""
+    device = model.lm_head.weight.device
+    results = [Completion(prompt_index=i) for i in range(len(prompts)) for _ in range(n)]
+    keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # by result index
+    steps = torch.zeros(len(results), dtype=torch.long, device=device)  # tokens drawn so far, by result index
+    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+    waiting, cache, logits = list(range(len(prompts))), None, None
+    row_result = torch.empty(0, dtype=torch.long, device=device)  # result index of each cache row; -1 finished
+    while True:
+        n_live = int((row_result >= 0).sum())
+        free = slots - n_live
+        if waiting and free >= n and (n_live == 0 or free >= max(n, slots // 4)):  # join in bulk: joins copy
+            keep = (row_result >= 0).nonzero().squeeze(-1)  # finished rows leave the cache here
+            old = [cache] if n_live else []
+            if n_live:
+                cache.select(keep)
+                logits = logits[keep]
+            row_result = row_result[keep]
+            take, waiting = waiting[:free // n], waiting[free // n:]
+            new_cache, new_logits = prefill(model, [prompts[i] for i in take], n, 0, pad_id)
+            cache = M.KVCache.join(old + [new_cache], room=max_new_tokens)
+            logits = torch.cat([logits, new_logits]) if n_live else new_logits
+            new_rows = torch.tensor([i * n + j for i in take for j in range(n)], dtype=torch.long, device=device)
+            row_result = torch.cat([row_result, new_rows])
+        live = (row_result >= 0).nonzero().squeeze(-1)
+        if not len(live):
+            return results
+        ids = row_result[live]
+        token, done = draw_tokens(logits[live], temperature, top_p, top_k, keys[ids], steps[ids], stop, results, ids)
+        steps[ids] += 1
+        finished = done | (steps[ids] >= max_new_tokens)
+        on_token(len(live), int(finished.sum()))
+        row_result[live[finished]] = -1
+        if bool((row_result >= 0).any()):
+            logits, row_result = decode_step(decode, cache, live, token, row_result, pad_id)
+
+
 def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, n=1, stop_token_ids=(),
-             seed=None, token_budget=None, pad_id=0, progress=None, compile=False):
+             seed=None, token_budget=None, pad_id=0, progress=None, compile=False, slots=None):
     """Complete each prompt (a list of token ids) n times; returns len(prompts) * n Completions, in order
     prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
 
@@ -200,6 +271,9 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else.
     `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on
     stderr, or a callable progress(tokens_done, rows_done, rows_total, seconds).
+    `slots` (rows) turns on continuous batching (generate_slots): at most that many rows decode together and
+    waiting prompts take the places of finished rows, instead of chunks that each run until their longest row;
+    the completions are the same. 0 picks the most rows the token budget holds.
     `compile=True` runs the decode steps through torch.compile (dynamic shapes, so one graph serves every
     cache length and batch size): meant for CUDA, where it fuses each layer's many small kernels. On a CPU
     it is slower (README, Known gaps) and its first call compiles for minutes.
@@ -234,6 +308,16 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
                   f"{stats['tokens'] / max(seconds, 1e-9):.1f} tok/s", end="", file=sys.stderr, flush=True)
 
     decode = torch.compile(model, dynamic=True) if compile else model  # compiled once per model, then cached
+    if slots is not None:
+        room = max(len(p) for p in prompts) + 2 * max_new_tokens  # a join can leave a row max_new_tokens behind
+        slots = min(rows_total, slots or max(n, token_budget // room))
+        if slots < n:
+            raise ValueError(f"slots={slots} cannot hold the n={n} samples of one prompt")
+        results = generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_token_ids, seeds,
+                                 pad_id, on_token, decode, slots)
+        if progress is True:
+            print(file=sys.stderr)
+        return results
     results = [None] * rows_total
     for chunk in plan_chunks(prompts, n, max_new_tokens, token_budget):
         out = generate_chunk(model, [prompts[i] for i in chunk], n, max_new_tokens, temperature, top_p, top_k,

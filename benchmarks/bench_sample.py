@@ -9,6 +9,11 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python benchmarks/bench_sample.py --quick    # a small shape, seconds
     python benchmarks/bench_sample.py --kernels  # one-row bf16 products: torch.mv against F.linear
     python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
+    python benchmarks/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
+
+--ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
+(log-normal, median an eighth of the budget) with 10% of the rows running to the budget, through 6 layers of
+the 0.6B widths; the chunked sampler (64 rows a chunk) against generate(slots=64), same outputs asserted.
 """
 
 import argparse
@@ -85,6 +90,57 @@ def run_transformers(ref, prompts, new_tokens):
     assert out.shape[1] == len(prompts[0]) + new_tokens
 
 
+class ScriptedLengths(torch.nn.Module):
+    """The --ragged harness: the model's whole forward runs, then its logits are overwritten so that the row whose
+    prompt ends in token r repeats r and draws the stop token (0) as its lengths[r]-th token, so every sampler
+    sees the same ragged workload at the real model's cost."""
+
+    def __init__(self, model, prompt_len, lengths):
+        super().__init__()
+        self.model, self.lm_head, self.config, self.new_cache = model, model.lm_head, model.config, model.new_cache
+        self.prompt_len, self.lengths = prompt_len, torch.tensor([0, *lengths])  # indexed by the row's token
+
+    def forward(self, ids, cache, last_only):
+        logits = self.model(ids, cache=cache, last_only=last_only)
+        row = ids[:, -1]
+        made = cache.length - cache.pad - self.prompt_len  # tokens each row has generated so far
+        forced = torch.where(made + 1 >= self.lengths.to(row.device)[row], 0, row)
+        return torch.full_like(logits, float("-inf")).scatter_(-1, forced[:, None, None], 0.0)
+
+
+def ragged(args):
+    """Chunks (today's default) against continuous batching on the same scripted ragged workload."""
+    config = (M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick
+              else M.Qwen3Config(num_hidden_layers=6))
+    torch.manual_seed(0)
+    model = M.Qwen3(config).to(torch.bfloat16).eval()
+    rows, budget, prompt_len, slots = (64, 32, 16, 16) if args.quick else (256, args.ragged_budget, 64, 64)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.exp(torch.randn(rows, generator=g) + torch.log(torch.tensor(budget / 8))).ceil().long()
+    lengths = lengths.clamp(1, budget).tolist()
+    for i in torch.randperm(rows, generator=g)[:rows // 10].tolist():
+        lengths[i] = budget + 1  # never stops: runs to the budget
+    harness = ScriptedLengths(model, prompt_len, lengths)
+    prompts = [[r + 1] * prompt_len for r in range(rows)]
+    runs = {f"chunks of {slots} rows": lambda: [c for i in range(0, rows, slots) for c in generate(
+                harness, prompts[i:i + slots], budget, temperature=0, stop_token_ids={0})],
+            f"slots={slots}": lambda: generate(harness, prompts, budget, temperature=0, stop_token_ids={0}, slots=slots)}
+    made = {name: [c.tokens for c in run()] for name, run in runs.items()}
+    assert all(m == made[f"chunks of {slots} rows"] for m in made.values()), "the samplers' outputs differ"
+    n_tokens = sum(map(len, made[f"chunks of {slots} rows"]))
+    print(f"ragged: {rows} prompts of {prompt_len} tokens, budget {budget}, {M.count_parameters(config) / 1e6:.0f}M "
+          f"parameters bf16, {args.threads} threads; {n_tokens} tokens generated (mean {n_tokens / rows:.1f}, "
+          f"{sum(x > budget for x in lengths)} rows at the budget); outputs identical")
+    times = {name: [] for name in runs}
+    for _ in range(args.repeats):  # alternated, medians
+        for name, run in runs.items():
+            times[name].append(timed(run))
+    base = statistics.median(times[f"chunks of {slots} rows"])
+    for name, t in times.items():
+        print(f"  {name:>18}: {n_tokens / statistics.median(t):7.1f} tok/s, {base / statistics.median(t):.2f}x "
+              f"the chunks (median of {args.repeats})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a small model shape for a fast smoke run")
@@ -96,12 +152,16 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per setting, alternating (medians reported)")
     ap.add_argument("--kernels", action="store_true", help="only time the one-row kernels model.Linear picks from")
+    ap.add_argument("--ragged", action="store_true", help="only the ragged workload: continuous batching vs chunks")
+    ap.add_argument("--ragged-budget", type=int, default=256, help="--ragged: the generation budget")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
     torch.set_num_threads(args.threads)
     if args.kernels:
         return one_row_kernels(args.threads)
+    if args.ragged:
+        return ragged(args)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick else M.Qwen3Config()
     ours, ref = build_pair(config, torch.bfloat16)
     ours, ref = ours.to(args.device), ref.to(args.device)
