@@ -69,32 +69,54 @@ def row_keys(prompt_seeds, n):
     return hash32((hash32(prompt_seeds.repeat_interleave(n) & MASK32) + j * 0x9E3779B9) & MASK32)
 
 
-def gumbel_noise(keys, step, vocab):
-    """Standard Gumbel noise (B, vocab) as a pure function of (row key, step, token id); `step` is an int or
-    each row's own token index (B,)."""
+def gumbel_noise(keys, step, tokens):
+    """Standard Gumbel noise as a pure function of (row key, step, token id) for the token ids `tokens`: (vocab,)
+    for every token, or (B, k), one candidate set per row (the same values as those tokens' in the full draw).
+    `step` is an int or each row's own token index (B,)."""
     step_key = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32)  # (B,)
-    token = torch.arange(vocab, device=keys.device, dtype=torch.int64) * 0xC2B2AE35
-    bits = hash32((step_key[:, None] + token[None, :]).bitwise_and_(MASK32))  # (B, vocab) uniform 32-bit integers
-    u = bits.double().add_(0.5).div_(2.0**32)  # in (0, 1)
-    return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: this is a (rows, vocab) tensor per step
+    token = tokens * 0xC2B2AE35
+    bits = hash32((step_key[:, None] + (token[None, :] if token.dim() == 1 else token)).bitwise_and_(MASK32))
+    u = bits.double().add_(0.5).div_(2.0**32)  # uniform in (0, 1)
+    return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: this can be a (rows, vocab) tensor per step
+
+
+def kept_tokens(logits, top_k, top_p):
+    """(values, ids), each (B, k), of the tokens top-k and then top-p keep, largest first, -inf past a row's own
+    set. Nucleus sampling (Holtzman et al. 2020) keeps the smallest set with mass >= top_p; instead of sorting
+    the vocabulary, the candidate set (topk) is widened 8x at a time until it holds every row's nucleus, and
+    past an eighth of the vocabulary (a flat distribution) the whole of it is sorted."""
+    vocab = logits.shape[-1]
+    cap = top_k if 0 < top_k < vocab else vocab
+    if top_p >= 1.0:
+        return torch.topk(logits, cap, dim=-1)
+    # the mass is the softmax over what top-k keeps: its normalizer needs all of that set
+    norm = (torch.topk(logits, cap, dim=-1).values if cap < vocab else logits).logsumexp(-1, keepdim=True)
+    k = min(cap, 64)
+    while True:
+        values, ids = torch.topk(logits, k, dim=-1)
+        probs = (values - norm).exp()
+        mass = probs.cumsum(-1)
+        if k == cap or bool((mass[:, -1] >= top_p).all()):
+            break
+        k = 8 * k if 8 * k <= cap // 8 else cap
+    drop = mass - probs >= top_p  # the mass before this token already reaches top_p
+    return values.masked_fill(drop, float("-inf")), ids
 
 
 def sample_next(logits, temperature, top_p, top_k, keys, step):
     """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else top-k/top-p sampling by the
-    Gumbel-max trick (argmax of logits + Gumbel noise is a draw from their softmax) with the rows' keys."""
+    Gumbel-max trick (argmax of logits + Gumbel noise is a draw from their softmax) with the rows' keys. With
+    top-k or top-p only the kept tokens get noise: the draw is the one the whole vocabulary would give."""
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits / temperature
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:  # nucleus sampling (Holtzman et al. 2020): the smallest set with mass >= top_p
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return gumbel_noise(keys, step, logits.shape[-1]).add_(logits).argmax(-1)  # in float64: no ties by rounding
+    vocab = logits.shape[-1]
+    if not 0 < top_k < vocab and top_p >= 1.0:
+        every = torch.arange(vocab, device=logits.device, dtype=torch.int64)
+        return gumbel_noise(keys, step, every).add_(logits).argmax(-1)  # in float64: no ties by rounding
+    values, ids = kept_tokens(logits, top_k, top_p)
+    pick = gumbel_noise(keys, step, ids).add_(values).argmax(-1, keepdim=True)
+    return ids.gather(-1, pick).squeeze(-1)
 
 
 # -----------------------------------------------------------------------------
@@ -218,6 +240,9 @@ def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
     return results
 
 
+JOIN_FRACTION = 0.25  # waiting prompts join once this share of the slots is free: each join copies the cache
+
+
 @torch.inference_mode()
 def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds, pad_id,
                    on_token, decode, slots):
@@ -236,7 +261,7 @@ def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
     while True:
         n_live = int((row_result >= 0).sum())
         free = slots - n_live
-        if waiting and free >= n and (n_live == 0 or free >= max(n, slots // 4)):  # join in bulk: joins copy
+        if waiting and free >= n and (n_live == 0 or free >= max(n, JOIN_FRACTION * slots)):  # joins copy the cache
             keep = (row_result >= 0).nonzero().squeeze(-1)  # finished rows leave the cache here
             old = [cache] if n_live else []
             if n_live:

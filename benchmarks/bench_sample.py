@@ -10,10 +10,12 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python benchmarks/bench_sample.py --kernels  # one-row bf16 products: torch.mv against F.linear
     python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
     python benchmarks/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
+    python benchmarks/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
 
 --ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
 (log-normal, median an eighth of the budget) with 10% of the rows running to the budget, through 6 layers of
-the 0.6B widths; the chunked sampler (64 rows a chunk) against generate(slots=64), same outputs asserted.
+the 0.6B widths (bf16 on CUDA, fp32 on the CPU as evaluation runs there); the chunked sampler (64 rows a
+chunk) against generate(slots=64), same outputs asserted.
 """
 
 import argparse
@@ -26,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model as M  # noqa: E402
-from sample import generate  # noqa: E402
+from sample import generate, gumbel_noise, kept_tokens, row_keys, sample_next  # noqa: E402
 
 
 def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
@@ -113,7 +115,8 @@ def ragged(args):
     config = (M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick
               else M.Qwen3Config(num_hidden_layers=6))
     torch.manual_seed(0)
-    model = M.Qwen3(config).to(torch.bfloat16).eval()
+    dtype = torch.float32 if args.device == "cpu" else torch.bfloat16  # what evaluation runs in on each
+    model = M.Qwen3(config).to(dtype).to(args.device).eval()
     rows, budget, prompt_len, slots = (64, 32, 16, 16) if args.quick else (256, args.ragged_budget, 64, 64)
     g = torch.Generator().manual_seed(0)
     lengths = torch.exp(torch.randn(rows, generator=g) + torch.log(torch.tensor(budget / 8))).ceil().long()
@@ -129,7 +132,7 @@ def ragged(args):
     assert all(m == made[f"chunks of {slots} rows"] for m in made.values()), "the samplers' outputs differ"
     n_tokens = sum(map(len, made[f"chunks of {slots} rows"]))
     print(f"ragged: {rows} prompts of {prompt_len} tokens, budget {budget}, {M.count_parameters(config) / 1e6:.0f}M "
-          f"parameters bf16, {args.threads} threads; {n_tokens} tokens generated (mean {n_tokens / rows:.1f}, "
+          f"parameters {str(dtype).removeprefix('torch.')}, {args.device}; {n_tokens} tokens generated (mean {n_tokens / rows:.1f}, "
           f"{sum(x > budget for x in lengths)} rows at the budget); outputs identical")
     times = {name: [] for name in runs}
     for _ in range(args.repeats):  # alternated, medians
@@ -139,6 +142,56 @@ def ragged(args):
     for name, t in times.items():
         print(f"  {name:>18}: {n_tokens / statistics.median(t):7.1f} tok/s, {base / statistics.median(t):.2f}x "
               f"the chunks (median of {args.repeats})")
+
+
+def full_sort_top_p(logits, top_p, keys, step):
+    """The textbook nucleus (sort the whole vocabulary), noise on every token: what kept_tokens replaces."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    sorted_logits = sorted_logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
+    logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return gumbel_noise(keys, step, torch.arange(logits.shape[-1])).add_(logits).argmax(-1)
+
+
+def sampling_cost(args):
+    """Milliseconds to choose 32 rows' next tokens over the full Qwen3 vocabulary, beside one decode step of
+    --layers layers of the 0.6B widths at batch 32 (bf16, 128-token cache), medians of alternated repeats."""
+    config = M.Qwen3Config(num_hidden_layers=args.layers)
+    torch.manual_seed(0)
+    model = M.Qwen3(config).to(torch.bfloat16).eval()
+    batch, g = 32, torch.Generator().manual_seed(0)
+    keys = row_keys(torch.tensor([1, 2]), batch // 2)
+    flat = torch.randn(batch, config.vocab_size, generator=g)  # a random-weights model: nucleus ~ the vocabulary
+    peaked = flat * 6  # a trained model's shape: a few tokens hold most of the mass
+    with torch.inference_mode():
+        cache = model.new_cache(batch, 129)
+        model(torch.ones(batch, 128, dtype=torch.long), cache=cache, last_only=True)
+        token = torch.ones(batch, 1, dtype=torch.long)
+
+        def step():
+            cache.length = 128  # the same step again: write the 129th slot
+            model(token, cache=cache, last_only=True)
+        runs = {"decode step": step, "greedy": lambda: sample_next(flat, 0, 1.0, 0, keys, 3),
+                "top-p 1 (every token)": lambda: sample_next(flat, 1.0, 1.0, 0, keys, 3),
+                "top-k 50": lambda: sample_next(flat, 1.0, 1.0, 50, keys, 3),
+                "top-p 0.95, peaked": lambda: sample_next(peaked, 1.0, 0.95, 0, keys, 3),
+                "top-p 0.95, peaked, full sort": lambda: full_sort_top_p(peaked, 0.95, keys, 3),
+                "top-p 0.95, flat": lambda: sample_next(flat, 1.0, 0.95, 0, keys, 3),
+                "top-p 0.95, flat, full sort": lambda: full_sort_top_p(flat, 0.95, keys, 3)}
+        for run in runs.values():
+            run()
+        times = {name: [] for name in runs}
+        for _ in range(args.repeats):
+            for name, run in runs.items():
+                times[name].append(timed(run) * 1e3)
+    ms = {name: statistics.median(t) for name, t in times.items()}
+    print(f"batch {batch}, vocabulary {config.vocab_size}, {args.threads} threads; decode step: {args.layers} layers "
+          f"of the 0.6B widths, bf16 (medians of {args.repeats})")
+    for name, t in ms.items():
+        print(f"  {name:>30}: {t:8.1f} ms, {t / ms['decode step']:6.1%} of the decode step, "
+              f"{t / ms['top-p 1 (every token)']:.2f}x top-p 1")
+    kept = kept_tokens(peaked, 0, 0.95)[0]
+    print(f"  nucleus sizes, peaked: median {int(torch.isfinite(kept).sum(-1).median())} tokens")
 
 
 def main():
@@ -154,6 +207,8 @@ def main():
     ap.add_argument("--kernels", action="store_true", help="only time the one-row kernels model.Linear picks from")
     ap.add_argument("--ragged", action="store_true", help="only the ragged workload: continuous batching vs chunks")
     ap.add_argument("--ragged-budget", type=int, default=256, help="--ragged: the generation budget")
+    ap.add_argument("--sampling", action="store_true", help="only the cost of choosing tokens against a decode step")
+    ap.add_argument("--layers", type=int, default=28, help="--sampling: layers of the decode step")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
@@ -162,6 +217,8 @@ def main():
         return one_row_kernels(args.threads)
     if args.ragged:
         return ragged(args)
+    if args.sampling:
+        return sampling_cost(args)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick else M.Qwen3Config()
     ours, ref = build_pair(config, torch.bfloat16)
     ours, ref = ours.to(args.device), ref.to(args.device)

@@ -3,7 +3,8 @@
 #   1. the tests named *_on_gpu_* (skipped where there is no GPU): bf16 forward and backward as close to
 #      fp32 as transformers' bf16 on the GPU; generate on the GPU (eager and compiled) gives the CPU's tokens;
 #      the tiny world's RL run on the GPU (autocast, bf16 rollout copy, compiled decode) clears the CPU's bar;
-#   2. bench_sample.py on the GPU: ours, ours compiled and transformers' generate at batch 1, 8 and 32.
+#   2. bench_sample.py on the GPU: ours, ours compiled and transformers' generate at batch 1, 8 and 32;
+#   3. bench_sample.py --ragged: continuous batching against chunks on a ragged, evaluation-shaped workload.
 # Logs go to $OUT (or runs/gpu_check).
 #   bash benchmarks/gpu_check.sh
 set -o pipefail
@@ -18,4 +19,5 @@ status=0
 } 2>&1 | tee "$out/env.txt"
 timeout 360 $python -m pytest -q -rs -k on_gpu tests/ 2>&1 | tee "$out/tests.txt" || status=1
 timeout 300 $python benchmarks/bench_sample.py --device cuda --compile 2>&1 | tee "$out/bench_sample.txt" || status=1
+timeout 120 $python benchmarks/bench_sample.py --device cuda --ragged 2>&1 | tee "$out/bench_ragged.txt" || status=1
 exit $status

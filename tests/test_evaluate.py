@@ -284,6 +284,19 @@ def test_sampled_run_does_not_depend_on_batch_size(tiny, data, tmp_path):
     assert len({x for r in responses for x in r}) > 1  # and the samples are not all the same
 
 
+def test_continuous_batching_writes_the_chunked_records(tiny, data, tmp_path):
+    """evaluate(continuous=True), the CUDA default, against chunks (the CPU default): the same records, sampled
+    (2 slots' worth of problems decode while the rest wait) and greedy; only the timing fields differ."""
+    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    problems = P.load_problems(str(data))
+    for kw in (dict(samples=3, temperature=1.0, seed=5), dict()):
+        runs = [E.evaluate(net, tokenizer, problems, max_new_tokens=8, batch_size=2, continuous=c, **kw)[0]
+                for c in (False, True)]
+        strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+        assert strip(runs[0]) == strip(runs[1])
+    assert E.use_slots(net) is False  # on this CPU, chunks
+
+
 # -----------------------------------------------------------------------------
 # The evaluate() function with scripted completions: known right and wrong answers
 

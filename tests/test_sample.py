@@ -152,6 +152,35 @@ def test_sample_next_filters():
     assert set(draws(logits, top_k=3).tolist()) == {0, 1, 2}
 
 
+def full_sort_draw(logits, top_p, top_k, keys, step):
+    """The sampler's filters the textbook way: mask below the k-th logit, sort the whole vocabulary for the
+    nucleus, then Gumbel-max over every token."""
+    if 0 < top_k < logits.shape[-1]:
+        logits = logits.masked_fill(logits < torch.topk(logits, top_k, dim=-1).values[:, -1:], float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        sorted_logits = sorted_logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    every = torch.arange(logits.shape[-1], dtype=torch.int64)
+    return S.gumbel_noise(keys, step, every).add_(logits).argmax(-1)
+
+
+def test_top_k_and_top_p_draw_what_the_whole_vocabulary_draws():
+    """Noise on the kept tokens only, and a candidate set widened until it holds the nucleus (flat logits need
+    ~95% of 5,000 tokens: two widenings), give the very tokens of a full sort and full-vocabulary noise."""
+    g = torch.Generator().manual_seed(0)
+    keys = S.row_keys(torch.tensor([1, 2, 3, 4]), 16)
+    for vocab, scale in ((97, 3.0), (5000, 1.0), (5000, 0.05)):
+        logits = torch.randn(64, vocab, generator=g) * scale
+        for top_p, top_k in ((0.95, 0), (0.5, 0), (1.0, 50), (0.9, 200), (0.999, 0)):
+            for step in range(3):
+                assert torch.equal(S.sample_next(logits, 1.0, top_p, top_k, keys, step),
+                                   full_sort_draw(logits, top_p, top_k, keys, step)), (vocab, scale, top_p, top_k)
+    values, ids = S.kept_tokens(torch.log(torch.tensor([[0.1, 0.5, 0.15, 0.25]])), 0, 0.7)
+    assert ids.tolist() == [[1, 3, 2, 0]] and torch.isinf(values[0, 2:]).all()  # 0.5 + 0.25 >= 0.7: two kept
+
+
 def test_gumbel_draws_follow_the_softmax():
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
     counts = torch.bincount(draws(torch.log(p)[None], rows=20000), minlength=4).double()
