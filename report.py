@@ -451,7 +451,8 @@ def seeds_table(runs, keys):
                 rows.append([what, label if group == "all" else f"{label} {group}", len(done),
                              " / ".join(str(r.seed) for r in done), " / ".join(pct(a) for a in accs), pct(mean),
                              f"{pct(min(accs))} - {pct(max(accs))}",
-                             "-" if ci is None else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]", left_out])
+                             "-" if ci is None else f"[{100 * max(ci[0], 0):.1f}, {100 * min(ci[1], 1):.1f}]",
+                             left_out])
     return md_table(["what", "split (group)", "n seeds", "seeds", "accuracy per seed", "mean", "min - max",
                      "95% t interval (seeds)", "left out"], rows)
 
@@ -536,7 +537,8 @@ def report_markdown(runs, keys, plots):
         parts += ["", "## Validation accuracy by step", "", validation_table(runs)]
     if any(r.evals for r in runs):
         parts += ["", "## Across seeds", "", "Runs equal in every setting above but the seed; incomplete runs are "
-                  "listed under 'left out', never averaged.", "", seeds_table(runs, keys)]
+                  "listed under 'left out', never averaged. The t interval is clipped to [0, 100]%.", "",
+                  seeds_table(runs, keys)]
     comparisons = compare_table(runs, keys)
     if comparisons:
         parts += ["", "## Paired comparisons (same problems)", "", "evaluate.compare: B - A over the problems "

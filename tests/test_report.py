@@ -161,10 +161,11 @@ def test_seeds_aggregate_and_evaluations_pair_as_computed_by_hand(tmp_path, data
         accs = [sum(c[first::2]) / 5 for c in scores["y"]]
         mean = sum(accs) / 3
         half = 4.303 * math.sqrt(sum((a - mean) ** 2 for a in accs) / 2) / math.sqrt(3)
+        lo, hi = max(mean - half, 0), min(mean + half, 1)  # clipped to what an accuracy can be
         row = seeds["objective=grpo", f"hand level={level}"]
         assert row["accuracy per seed"] == " / ".join(f"{100 * a:.1f}%" for a in accs)
-        assert (row["mean"], row["95% t interval (seeds)"]) == (f"{100 * mean:.1f}%", f"[{100 * (mean - half):.1f}, "
-                                                                 f"{100 * (mean + half):.1f}]")
+        assert (row["mean"], row["95% t interval (seeds)"]) == (f"{100 * mean:.1f}%",
+                                                                 f"[{100 * lo:.1f}, {100 * hi:.1f}]")
     pairs = {(r["A"], r["B"]): r for r in t["Paired comparisons (same problems)"]}
     # the reference is the first run given (x-s0); another x seed pairs with it, each y seed with x of its seed
     assert set(pairs) == {("`x-s0`", "`x-s1`"), ("`x-s0`", "`x-s2`"), *((f"`x-s{s}`", f"`y-s{s}`") for s in range(3))}
