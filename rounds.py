@@ -9,7 +9,8 @@ Round r starts from the policy pi_r (pi_0 = --model) and does, each step one pla
    slow budget (--slow-max-new-tokens, may exceed the fast one), through evaluate.evaluate -> sample.generate,
    so the records, seeds and resume are the evaluation protocol's. Adaptive k (--adaptive-samples K): the
    problems where the first k found no verified trace get K more samples (their training answer is allowed
-   here; nothing at evaluation sees one).
+   here; nothing at evaluation sees one). --frontier T (the ladder): the round's pool is the rungs the fast
+   policy solves at >= T on validation (the previous row) and the next one, a new rung at a time.
 2. Select the traces the grader accepts against the *training* answer (verify.grade, or tiny.check_steps with
    --grader steps, which pays no lucky guess): at most --max-traces c per problem, rule --selection all (the
    first c accepted), distinct (the first c distinct texts) or shortest (the c shortest distinct texts);
@@ -86,6 +87,8 @@ class RoundsConfig:
                                       "calls of the policy on sub-problems of at most --chunk-ops operations")
     chunk_ops: int = arg(3, "decompose: operations per sub-problem (the rungs the fast policy already solves)")
     adaptive_samples: int = arg(0, "adaptive k: this many more samples for problems with no verified trace yet (0: off)")
+    frontier: float = arg(0.0, "one new rung at a time (the ladder): each round uses the first --num-problems pool "
+                               "problems of level <= 1 + the last rung the fast policy solves at >= this (0: off)")
     # selection
     selection: str = arg("distinct", "all: first c accepted; distinct: first c distinct texts; shortest: the c shortest")
     max_traces: int = arg(4, "c: at most this many selected traces per problem")
@@ -142,6 +145,9 @@ def check_config(cfg):
     if cfg.deliberation == "decompose" and (cfg.grader != "steps" or cfg.chunk_ops < 1):
         raise ValueError("--deliberation decompose splits tiny-world expressions: it needs --grader steps (the tiny "
                          f"ladder) and --chunk-ops >= 1, got --grader {cfg.grader} --chunk-ops {cfg.chunk_ops}")
+    if cfg.frontier and not (0 < cfg.frontier <= 1 and cfg.eval_group_by == "level" and cfg.val_dataset):
+        raise ValueError(f"--frontier {cfg.frontier} reads the fast accuracy per level: it needs a value in (0, 1], "
+                         f"--eval-group-by level and a --val-dataset, got {cfg.eval_group_by!r}, {cfg.val_dataset!r}")
     if cfg.distil_from not in DISTIL_FROM:
         raise ValueError(f"--distil-from must be one of {', '.join(DISTIL_FROM)}, got {cfg.distil_from!r}")
     if cfg.grader not in tiny.GRADERS:
@@ -160,7 +166,7 @@ def check_config(cfg):
 
 def load_pools(cfg):
     """(train, val, test) with train_rl's rules (MATH-500 refused in train and val); --val-limit applied."""
-    train, val, test = T.load_pools(cfg)
+    train, val, test = T.load_pools(dataclasses.replace(cfg, num_problems=0) if cfg.frontier else cfg)
     val = val[:cfg.val_limit] if cfg.val_limit else val
     test = test[:cfg.test_limit] if cfg.test_limit else test
     if not train or not val:
@@ -297,6 +303,20 @@ def merge_samples(first, extra):
 
 # -----------------------------------------------------------------------------
 # 2. Select verified traces
+
+
+def frontier_problems(pool, fast_by_level, threshold, n):
+    """--frontier (one new rung at a time, as a curriculum climbs): the levels the fast policy solves, from the
+    lowest up while its validation accuracy is >= threshold, and the next one; returns (the first n pool problems
+    of those levels, n = 0: all, and the highest level kept). Distilling a new rung's decomposed traces next to the
+    solved rungs' keeps them (docs/rounds.md: rungs 4-6 traces distilled at once collapse the fast policy)."""
+    top = min(int(p["level"]) for p in pool) - 1
+    for level in sorted(int(k) for k in fast_by_level):
+        if level != top + 1 or fast_by_level[str(level)] < threshold:
+            break
+        top = level
+    keep = [p for p in pool if int(p["level"]) <= top + 1]
+    return (keep[:n] if n else keep), top + 1
 
 
 def select_traces(record, rule, cap):
@@ -513,6 +533,9 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
         shutil.rmtree(round_dir / stale, ignore_errors=True) if stale != "model.safetensors" else \
             (round_dir / stale).unlink(missing_ok=True)
     _, sampler = load_policy(out / f"round_{r - 1}", device)
+    top = None
+    if cfg.frontier:  # the previous row's fast accuracy per rung picks this round's rungs
+        train_set, top = frontier_problems(train_set, rows[-1]["fast_by_group"], cfg.frontier, cfg.num_problems)
     records, passes = deliberate(sampler, tokenizer, train_set, cfg, round_dir, r)
     traces = traces_for_round(records, cfg, r, tokenizer)
     write_jsonl(out / f"traces_{r}.jsonl", traces)
@@ -523,8 +546,9 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
     train_tokens, train_flops = training_flops(policy.config, traces, cfg.epochs)
     assert trained == train_tokens, (trained, train_tokens)  # the accounting counts what was trained on
     row = dict(round=r, **deliberation_fields(records, passes, traces, cfg.eval_group_by),
-               distil_from=cfg.distil_from, distil_updates=len(losses), distil_loss_first=losses[0] if losses else None,
-               distil_loss_last=losses[-1] if losses else None, training_tokens=train_tokens, training_flops=train_flops,
+               frontier_level=top, distil_from=cfg.distil_from, distil_updates=len(losses),
+               distil_loss_first=losses[0] if losses else None, distil_loss_last=losses[-1] if losses else None,
+               training_tokens=train_tokens, training_flops=train_flops,
                rl_steps=0, rl_generated_tokens=0, rl_training_tokens=0, rl_flops=0.0)
     if cfg.rl_steps:
         M.save_model(policy, round_dir / "distilled", tokenizer)

@@ -67,6 +67,18 @@ def test_decomposition_pieces_by_hand():
         assert R.expression(int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))) == p["problem"]
 
 
+def test_frontier_keeps_the_solved_rungs_and_the_next_by_hand():
+    pool = [dict(id=str(i), level=level) for i, level in enumerate([2, 3, 4, 5, 6] * 2)]
+    ids = lambda problems: [p["id"] for p in problems]
+    kept, top = R.frontier_problems(pool, {"2": 0.78, "3": 0.0, "4": 0.0, "5": 0.0, "6": 0.0}, 0.5, 3)
+    assert (ids(kept), top) == (["0", "1", "5"], 3)  # rung 2 solved: rungs 2-3, the first 3 of them
+    kept, top = R.frontier_problems(pool, {"2": 0.8, "3": 0.7, "4": 0.1, "5": 0.0, "6": 0.0}, 0.5, 0)
+    assert (ids(kept), top) == (["0", "1", "2", "5", "6", "7"], 4)  # n = 0: all of rungs 2-4
+    kept, top = R.frontier_problems(pool, {"2": 0.9, "3": 0.1, "4": 0.9, "5": 0.0, "6": 0.0}, 0.5, 0)
+    assert top == 3  # from the lowest rung up: rung 4's 0.9 above an unsolved rung 3 does not count
+    assert R.frontier_problems(pool, {"2": 0.2, "3": 0.9}, 0.5, 0)[1] == 2  # none solved: the lowest rung only
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("rounds") / "run"
@@ -151,6 +163,7 @@ def test_resume_after_an_interrupted_round_gives_identical_weights(small_run, tm
     (["--distil-from", "scratch"], "--distil-from"), (["--temperature", "0"], "--temperature"),
     (["--samples", "1", "--eval-samples", "0"], "--eval-samples"), (["--max-traces", "0"], "--max-traces"),
     (["--grader", "judge"], "--grader"), (["--adaptive-samples", "-1"], "--adaptive-samples"),
+    (["--frontier", "2"], "--frontier"),
 ])
 def test_bad_flags_name_the_flag(flags, message, tmp_path):
     with pytest.raises(ValueError, match=message):
