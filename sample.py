@@ -82,23 +82,26 @@ def gumbel_noise(keys, step, tokens):
 
 def kept_tokens(logits, top_k, top_p):
     """(values, ids), each (B, k), of the tokens top-k and then top-p keep, largest first, -inf past a row's own
-    set. Nucleus sampling (Holtzman et al. 2020) keeps the smallest set with mass >= top_p; instead of sorting
-    the vocabulary, the candidate set (topk) is widened 8x at a time until it holds every row's nucleus, and
-    past an eighth of the vocabulary (a flat distribution) the whole of it is sorted."""
+    set. Nucleus sampling (Holtzman et al. 2020) keeps the smallest set with mass >= top_p; with top-k its k
+    tokens are the candidates, and without it, instead of sorting the vocabulary, the candidate set (topk) is
+    widened 8x at a time until it holds every row's nucleus, past an eighth of the vocabulary the whole of it."""
     vocab = logits.shape[-1]
     cap = top_k if 0 < top_k < vocab else vocab
     if top_p >= 1.0:
         return torch.topk(logits, cap, dim=-1)
-    # the mass is the softmax over what top-k keeps: its normalizer needs all of that set
-    norm = (torch.topk(logits, cap, dim=-1).values if cap < vocab else logits).logsumexp(-1, keepdim=True)
-    k = min(cap, 64)
-    while True:
-        values, ids = torch.topk(logits, k, dim=-1)
-        probs = (values - norm).exp()
+    if cap < vocab:  # the mass is the softmax over what top-k keeps, so all of that set is needed anyway
+        values, ids = torch.topk(logits, cap, dim=-1)
+        probs = (values - values.logsumexp(-1, keepdim=True)).exp()
         mass = probs.cumsum(-1)
-        if k == cap or bool((mass[:, -1] >= top_p).all()):
-            break
-        k = 8 * k if 8 * k <= cap // 8 else cap
+    else:
+        norm, k = logits.logsumexp(-1, keepdim=True), min(cap, 64)
+        while True:
+            values, ids = torch.topk(logits, k, dim=-1)
+            probs = (values - norm).exp()
+            mass = probs.cumsum(-1)
+            if k == cap or bool((mass[:, -1] >= top_p).all()):
+                break
+            k = 8 * k if 8 * k <= cap // 8 else cap
     drop = mass - probs >= top_p  # the mass before this token already reaches top_p
     return values.masked_fill(drop, float("-inf")), ids
 
