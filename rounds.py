@@ -77,7 +77,8 @@ class RoundsConfig:
     grader: str = arg("answer", "answer (verify.grade) or steps (tiny.check_steps: the worked lines too)")
     eval_group_by: str = arg("subject", "accuracy per value of this problem field ('' skips)")
     # System 2: deliberation on the training pool
-    rounds: int = arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation")
+    rounds: int = arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation "
+                          "(0: only evaluate --model in both modes, e.g. a baseline's checkpoint)")
     samples: int = arg(8, "k: samples per training problem")
     temperature: float = arg(1.0, "sampling temperature of deliberation and of the deliberate evaluation")
     top_p: float = arg(1.0, "nucleus sampling mass of the same")
@@ -130,11 +131,11 @@ def flag_defaults(first):
 
 def check_config(cfg):
     """Refuse settings that cannot run, naming the flag."""
-    for name in ("rounds", "samples", "max_new_tokens", "max_traces", "epochs", "batch_size", "micro_batch_tokens",
+    for name in ("samples", "max_new_tokens", "max_traces", "epochs", "batch_size", "micro_batch_tokens",
                  "eval_batch_size", "rl_problems_per_step", "rl_group_size"):
         if getattr(cfg, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    for name in ("num_problems", "val_limit", "test_limit", "slow_max_new_tokens", "adaptive_samples", "rl_steps", "eval_samples",
+    for name in ("rounds", "num_problems", "val_limit", "test_limit", "slow_max_new_tokens", "adaptive_samples", "rl_steps", "eval_samples",
                  "warmup_steps", "lr", "rl_lr", "weight_decay", "grad_clip"):
         if getattr(cfg, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
@@ -185,23 +186,23 @@ def load_pools(cfg):
 
 def deliberate(policy, tokenizer, train_set, cfg, round_dir, r):
     """Records (evaluate.py's, one per problem, every sample kept) of k samples per problem, then --adaptive-samples
-    more for the problems with none accepted; the seeds are functions of (--seed, round, pass)."""
+    more, in the same mode, for the problems with none accepted; the seeds are functions of (--seed, round, pass)."""
     budget = cfg.slow_max_new_tokens or cfg.max_new_tokens
     kw = dict(max_new_tokens=budget, batch_size=cfg.eval_batch_size, template=cfg.template, temperature=cfg.temperature,
               top_p=cfg.top_p, grader=cfg.grader, group_by=cfg.eval_group_by or None)
-    if cfg.deliberation == "decompose":
-        records, summary = decompose(policy, tokenizer, train_set, cfg, round_dir / "deliberate",
-                                     1_000 * (cfg.seed + 1) + r, cfg.samples, cfg.dataset)
-    else:
-        records, summary = E.evaluate(policy, tokenizer, train_set, samples=cfg.samples, seed=1_000 * (cfg.seed + 1) + r,
-                                      out_dir=round_dir / "deliberate", dataset=cfg.dataset, **kw)
+
+    def draw(problems, k, seed, out_dir):
+        if cfg.deliberation == "decompose":
+            return decompose(policy, tokenizer, problems, cfg, out_dir, seed, k, cfg.dataset)
+        return E.evaluate(policy, tokenizer, problems, samples=k, seed=seed, out_dir=out_dir, dataset=cfg.dataset, **kw)
+
+    records, summary = draw(train_set, cfg.samples, 1_000 * (cfg.seed + 1) + r, round_dir / "deliberate")
     passes = [summary]
     if cfg.adaptive_samples:
         unsolved = [p for p, rec in zip(train_set, records) if n_correct(rec) == 0]
         if unsolved:
-            extra, s2 = E.evaluate(policy, tokenizer, unsolved, samples=cfg.adaptive_samples,
-                                   seed=1_000 * (cfg.seed + 1) + 500 + r, out_dir=round_dir / "deliberate_adaptive",
-                                   dataset=cfg.dataset, **kw)
+            extra, s2 = draw(unsolved, cfg.adaptive_samples, 1_000 * (cfg.seed + 1) + 500 + r,
+                             round_dir / "deliberate_adaptive")
             passes.append(s2)
             more = {rec["id"]: rec for rec in extra}
             records = [merge_samples(rec, more[rec["id"]]) if rec["id"] in more else rec for rec in records]

@@ -1,11 +1,27 @@
-"""The per-round table of one or more rounds.py runs (docs/rounds.md), from their rounds.jsonl alone.
+"""The per-round table of one or more rounds.py runs (docs/rounds.md), from their rounds.jsonl alone; and the
+ordinary RLVR baseline beside them at equal FLOPs.
 
     python benchmarks/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
+    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
+
+With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
+r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
+the rounds count deliberation + distillation; evaluation excluded in both) are nearest the round's. That
+checkpoint is evaluated once by `rounds.py --rounds 0` with the rounds run's own evaluation flags (the same
+validation problems, fast greedy and the same deliberate mode and k), cached in <baseline>/rounds_eval/step_N.
 """
 
+import argparse
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# the rounds run's settings that define its evaluation; the baseline's checkpoints are evaluated with the same
+EVAL_FLAGS = ("dataset", "val_dataset", "val_limit", "template", "grader", "eval_group_by", "samples", "temperature",
+              "top_p", "max_new_tokens", "slow_max_new_tokens", "deliberation", "chunk_ops", "eval_samples",
+              "eval_batch_size", "seed")
 
 
 def rows_of(run_dir):
@@ -30,5 +46,71 @@ def table(run_dir):
     return "\n".join(lines)
 
 
+# -----------------------------------------------------------------------------
+# The RLVR baseline at equal FLOPs
+
+
+def checkpoint_at(run_dir, flops):
+    """(step, its cumulative FLOPs) of the saved checkpoint of a train_rl run nearest to `flops`."""
+    run_dir = Path(run_dir)
+    at = {r["step"]: r["flops"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+          if "flops" in r}
+    steps = [int(p.name[5:]) for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit()]
+    step = min(steps, key=lambda s: abs(at[s] - flops))
+    return step, at[step]
+
+
+def evaluate_checkpoint(run_dir, step, rounds_config):
+    """Row 0 of `rounds.py --rounds 0` on the checkpoint: the rounds' own evaluation of both modes."""
+    import rounds as R
+    out = Path(run_dir) / "rounds_eval" / f"step_{step}"
+    if not (out / "rounds.jsonl").exists():
+        flags = [x for k in EVAL_FLAGS for x in (f"--{k.replace('_', '-')}", str(rounds_config[k]))]
+        R.main(["--model", str(Path(run_dir) / "checkpoints" / f"step_{step}"), *flags, "--rounds", "0",
+                "--test-dataset", "", "--out", str(out)])
+    return rows_of(out)[0]
+
+
+def mean_ci(values):
+    import report
+    mean, ci = report.t_interval(values)
+    return f"{mean:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def baseline_table(rounds_dirs, baseline_dirs):
+    """Rounds (mean over seeds) beside the baseline at the FLOPs of each round, seed i against seed i."""
+    runs = [rows_of(d) for d in rounds_dirs]
+    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    k = configs[0]["eval_samples"] or configs[0]["samples"]
+    groups = list(runs[0][0]["fast_by_group"])
+    head = ["round", "method", "FLOPs (mean)", "fast, mean [95% t]", f"deliberate@{k}", f"pass@{k}",
+            *[f"fast rung {g}" for g in groups], "baseline steps"]
+    lines = ["| " + " | ".join(head) + " |", "| ---: | --- |" + " ---: |" * (len(head) - 2)]
+    n_rounds = min(len(rows) for rows in runs)
+    for r in range(n_rounds):
+        pairs = []
+        for rows, cfg, base in zip(runs, configs, baseline_dirs):
+            row = rows[r]
+            step, flops = checkpoint_at(base, row["cumulative_flops"]) if r else (0, 0.0)
+            pairs.append((row, dict(evaluate_checkpoint(base, step, cfg) if r else row, cumulative_flops=flops), step))
+        for name, i in (("rounds", 0), ("Dr. GRPO", 1)):
+            if r == 0 and i:
+                continue  # round 0 is the starting checkpoint for both
+            xs = [p[i] for p in pairs]
+            cells = [str(r), name if r else "start (both)", f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
+                     mean_ci([x["fast_accuracy"] for x in xs]), mean_ci([x["deliberate_accuracy"] for x in xs]),
+                     mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
+                     *[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups],
+                     " / ".join(str(p[2]) for p in pairs) if i else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print("\n\n".join(table(d) for d in sys.argv[1:]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="rounds.py run directories (with --baseline: one per seed, in seed order)")
+    ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
+    args = ap.parse_args()
+    if args.baseline and len(args.baseline) != len(args.runs):
+        ap.error(f"--baseline: {len(args.baseline)} runs for {len(args.runs)} rounds runs (one per seed)")
+    print(baseline_table(args.runs, args.baseline) if args.baseline else "\n\n".join(table(d) for d in args.runs))

@@ -158,12 +158,20 @@ def test_resume_after_an_interrupted_round_gives_identical_weights(small_run, tm
     assert drop(rows) == drop(saved)
 
 
+def test_zero_rounds_evaluates_the_model_only(small_run, tmp_path):
+    full, _ = small_run
+    rows = R.main(SMALL + ["--rounds", "0", "--out", str(tmp_path / "run")])  # e.g. a baseline's checkpoint
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}
+    assert [drop(r) for r in rows] == [drop(json.loads((full / "rounds.jsonl").read_text().splitlines()[0]))]
+    assert not list(tmp_path.glob("run/traces_*")) and not (tmp_path / "run" / "round_1").exists()
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--selection", "best"], "--selection"), (["--samples", "0"], "--samples"),
     (["--distil-from", "scratch"], "--distil-from"), (["--temperature", "0"], "--temperature"),
     (["--samples", "1", "--eval-samples", "0"], "--eval-samples"), (["--max-traces", "0"], "--max-traces"),
     (["--grader", "judge"], "--grader"), (["--adaptive-samples", "-1"], "--adaptive-samples"),
-    (["--frontier", "2"], "--frontier"),
+    (["--frontier", "2"], "--frontier"), (["--rounds", "-1"], "--rounds"),
 ])
 def test_bad_flags_name_the_flag(flags, message, tmp_path):
     with pytest.raises(ValueError, match=message):
@@ -185,15 +193,39 @@ def test_bad_pools_are_refused(tmp_path):
     assert not any((tmp_path / n).exists() for n in "abc")
 
 
-def test_decomposed_round_with_an_rl_phase_runs_end_to_end(tmp_path):
+def test_decomposed_round_with_adaptive_k_and_an_rl_phase_runs_end_to_end(tmp_path):
     out = tmp_path / "run"
     rows = R.main(["--model", "tiny", "--dataset", "tiny_ladder_train", "--num-problems", "10", "--val-limit", "5",
                    "--samples", "2", "--deliberation", "decompose", "--rounds", "1", "--rl-steps", "1",
+                   "--adaptive-samples", "3",
                    "--rl-problems-per-step", "2", "--rl-group-size", "2", "--test-dataset", "", "--device", "cpu",
                    "--out", str(out)])
     records = E.read_records(out / "round_1" / "deliberate" / "records.jsonl")[0]
+    extra = E.read_records(out / "round_1" / "deliberate_adaptive" / "records.jsonl")[0]
+    unsolved = [r["id"] for r in records if not any(s["correct"] for s in r["samples"])]
+    assert unsolved and [r["id"] for r in extra] == unsolved  # adaptive k: 3 more samples exactly where none passed
+    assert all(len(r["samples"]) == 3 and all(s["calls"] for s in r["samples"]) for r in extra)  # decomposed too
+    assert rows[1]["adaptive_problems"] == len(unsolved)
+    assert rows[1]["deliberation_samples"] == 2 * len(records) + 3 * len(unsolved)
+    assert rows[1]["deliberation_solved"] == len(records) - len(unsolved) + sum(
+        any(s["correct"] for s in r["samples"]) for r in extra)
     level_4 = next(r for r in records if r["level"] == 4)
     assert [len(s["calls"]) for s in level_4["samples"]] == [2, 2]  # 4 operations in two calls of 2
     assert all(s["response"].startswith("\n") for r in records for s in r["samples"])  # the tiny world's opening
     assert rows[1]["rl_steps"] == 1 and rows[1]["rl_flops"] > 0 and (out / "round_1" / "rl" / "final").is_dir()
-    assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(M.load_model("tiny").config, records))
+    assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(M.load_model("tiny").config, records + extra))
+
+
+def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("rounds_table", Path(__file__).parent.parent / "benchmarks" /
+                                                  "rounds_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    rows = [dict(step=s, flops=10.0 * s) for s in range(1, 7)] + [dict(step=6, test_accuracy=0.5)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for s in (2, 4, 6):
+        (tmp_path / "checkpoints" / f"step_{s}").mkdir(parents=True)
+    (tmp_path / "checkpoints" / ".step_5.tmp").mkdir()  # an interrupted save is not a checkpoint
+    assert table.checkpoint_at(tmp_path, 35.0) == (4, 40.0)  # saved FLOPs 20 / 40 / 60: the nearest
+    assert table.checkpoint_at(tmp_path, 29.0) == (2, 20.0) and table.checkpoint_at(tmp_path, 1e9) == (6, 60.0)
