@@ -202,6 +202,9 @@ class KVCache:
         self.v[layer, :, :, self.length:self.length + T] = v
         return self.k[layer, :, :, :self.length + T], self.v[layer, :, :, :self.length + T]
 
+    def advance(self, T):  # after a forward: the T tokens are in
+        self.length += T
+
     def select(self, rows):
         """Keep (or repeat) rows: compacts finished rows away, or copies a prompt's prefill n times."""
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.pad.device)
@@ -227,6 +230,62 @@ class KVCache:
             out.v[:, rows, :, length - (end - start):length] = c.v[:, :, :, start:end]
             row += c.batch_size
         return out
+
+
+class SlotCache:
+    """A cache whose shapes never change, so a decode step on it can be captured in a CUDA graph: `slots` rows
+    of `max_len` slots, no padding. Row b holds its tokens at slots [0, lens[b]), so a token's slot is its
+    position; a prompt joins by copying its prefill into a free row (`load`), and a step writes each row's new
+    key and value at its own lens[b] and attends to slots <= lens[b]. Rows not `live` are written (harmlessly,
+    at a slot a later join overwrites) but do not advance."""
+
+    def __init__(self, config, slots, max_len, device=None, dtype=torch.float32):
+        shape = (config.layer_passes, slots, config.num_key_value_heads, max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.lens = torch.zeros(slots, dtype=torch.long, device=device)
+        self.live = torch.zeros(slots, dtype=torch.bool, device=device)
+        self.rows = torch.arange(slots, device=device)
+        self.slot = torch.arange(max_len, device=device)
+
+    @property
+    def max_len(self):
+        return self.k.shape[3]
+
+    def positions(self, T):
+        return self.lens[:, None]  # one token per row per step (T = 1)
+
+    def attention_mask(self, T):  # (B, 1, 1, S): each row's own tokens and the one written now
+        return (self.slot[None, :] <= self.lens[:, None])[:, None, None]
+
+    def update(self, layer, k, v):
+        """Write each row's new key/value (B, H_kv, 1, D) at its own length; return the whole (static) rows."""
+        assert k.shape[2] == 1, "a SlotCache takes one token per row per step; prefill into a KVCache and load it"
+        at = self.lens.clamp(max=self.max_len - 1)  # a free row may sit at the end; a join rewrites it
+        self.k[layer, self.rows, :, at] = k[:, :, 0]
+        self.v[layer, self.rows, :, at] = v[:, :, 0]
+        return self.k[layer], self.v[layer]
+
+    def advance(self, T):
+        self.lens += self.live * T
+
+    def load(self, row, cache, i):
+        """Row `row` takes row i of a prefilled KVCache (its filled slots, moved to start at slot 0)."""
+        start, end = int(cache.pad[i]), cache.length
+        if end - start > self.max_len:
+            raise RuntimeError(f"SlotCache overflow: a {end - start}-token prefill > max_len {self.max_len}")
+        self.k[:, row, :, :end - start] = cache.k[:, i, :, start:end]
+        self.v[:, row, :, :end - start] = cache.v[:, i, :, start:end]
+        self.lens[row], self.live[row] = end - start, True
+
+
+def grouped_decode_attention(q, k, v, mask):
+    """One decode step's attention with GQA folded in: the G query heads of a KV group become G query positions
+    of one head (they share its keys and the row's mask), so SDPA sees equal head counts, a (B, 1, 1, S) mask
+    and no enable_gqa (which can send SDPA on CUDA to its slow math kernel). q (B, H, 1, D), k v (B, H_kv, S, D)."""
+    B, H, _, D = q.shape
+    y = F.scaled_dot_product_attention(q.reshape(B, k.shape[1], H // k.shape[1], D), k, v, attn_mask=mask)
+    return y.reshape(B, H, 1, D)
 
 
 # -----------------------------------------------------------------------------
@@ -347,7 +406,9 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)
         gqa = H_kv != H
-        if mask is None:  # training / no cache: plain causal attention
+        if isinstance(cache, SlotCache):  # the static decode step
+            y = grouped_decode_attention(q, k, v, mask)
+        elif mask is None:  # training / no cache: plain causal attention
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
@@ -510,7 +571,7 @@ class Qwen3(nn.Module):
         else:
             x = self.looped_layers(x, cos, sin, cache, mask)
         if cache is not None:
-            cache.length += T
+            cache.advance(T)
         return self.model.norm(x)
 
     def run_layers(self, blocks, x, cos, sin, cache, mask, slot):
@@ -544,10 +605,10 @@ class Qwen3(nn.Module):
         h = self.hidden_states(input_ids, cache)
         return self.lm_head(h[:, -1:] if last_only else h)
 
-    def new_cache(self, batch_size, max_len):
+    def new_cache(self, batch_size, max_len, static=False):
         p = self.lm_head.weight
         dtype = torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
-        return KVCache(self.config, batch_size, max_len, device=p.device, dtype=dtype)
+        return (SlotCache if static else KVCache)(self.config, batch_size, max_len, device=p.device, dtype=dtype)
 
 
 def add_loop(model, spec, lora_rank=0, lora_alpha=16.0):

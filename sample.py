@@ -290,8 +290,76 @@ def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
             logits, row_result = decode_step(decode, cache, live, token, row_result, pad_id)
 
 
+def static_step(model, cache, token, graph):
+    """The decode step on a SlotCache: token (slots, 1) -> next-token logits (slots, vocab) of every row. With
+    graph=True (CUDA) the step is captured once in a CUDA graph and replayed on the same buffers: one launch
+    instead of a few hundred small kernels and their Python. The capture writes each row's slot 0 (no row is
+    live yet, so none advances), which every join overwrites."""
+    run = lambda: model(token, cache=cache, last_only=True)[:, -1]
+    if not graph:
+        return run
+    side = torch.cuda.Stream()  # warm-up (cuBLAS workspaces, lazy inits) off the capture, as CUDA graphs need
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run()
+
+    def replay():
+        g.replay()
+        return out
+    return replay
+
+
+@torch.inference_mode()
+def generate_static(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds, pad_id,
+                    on_token, slots, graph):
+    """Continuous batching with a static decode step: generate_slots' joins and draws on a SlotCache of `slots`
+    rows, so every step has one shape (free rows decode padding nobody reads) and a join copies only its own
+    rows. The completions are generate_slots'. Returns them in order prompt 0 sample 0..n-1, prompt 1, ..."""
+    device = model.lm_head.weight.device
+    results = [Completion(prompt_index=i) for i in range(len(prompts)) for _ in range(n)]
+    keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # by result index
+    steps = torch.zeros(len(results), dtype=torch.long, device=device)  # tokens drawn so far, by result index
+    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+    cache = model.new_cache(slots, max(len(p) for p in prompts) + max_new_tokens, static=True)
+    token = torch.full((slots, 1), pad_id, dtype=torch.long, device=device)  # the step's input buffer
+    step = static_step(model, cache, token, graph)
+    logits = torch.zeros(slots, model.config.vocab_size, dtype=cache.k.dtype, device=device)
+    row_result = torch.full((slots,), -1, dtype=torch.long, device=device)  # result index of each row; -1 free
+    waiting = list(range(len(prompts)))
+    while True:
+        free = (row_result < 0).nonzero().squeeze(-1)
+        n_live = slots - len(free)
+        if waiting and len(free) >= n and (n_live == 0 or len(free) >= max(n, JOIN_FRACTION * slots)):
+            take, waiting = waiting[:len(free) // n], waiting[len(free) // n:]
+            prefilled, new_logits = prefill(model, [prompts[i] for i in take], n, 0, pad_id)
+            rows = free[:len(take) * n]
+            for i, row in enumerate(rows.tolist()):
+                cache.load(row, prefilled, i)
+            logits[rows] = new_logits.to(logits.dtype)
+            row_result[rows] = torch.tensor([i * n + j for i in take for j in range(n)], device=device)
+        live = (row_result >= 0).nonzero().squeeze(-1)
+        if not len(live):
+            return results
+        ids = row_result[live]
+        drawn, done = draw_tokens(logits[live], temperature, top_p, top_k, keys[ids], steps[ids], stop, results, ids)
+        steps[ids] += 1
+        finished = done | (steps[ids] >= max_new_tokens)
+        on_token(len(live), int(finished.sum()))
+        row_result[live[finished]] = -1
+        if bool((row_result >= 0).any()):
+            token.fill_(pad_id)
+            token[live, 0] = drawn
+            cache.live.copy_(row_result >= 0)
+            logits = step()
+
+
 def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, n=1, stop_token_ids=(),
-             seed=None, token_budget=None, pad_id=0, progress=None, compile=False, slots=None):
+             seed=None, token_budget=None, pad_id=0, progress=None, compile=False, slots=None, static=None):
     """Complete each prompt (a list of token ids) n times; returns len(prompts) * n Completions, in order
     prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
 
@@ -302,9 +370,11 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     `slots` (rows) turns on continuous batching (generate_slots): at most that many rows decode together and
     waiting prompts take the places of finished rows, instead of chunks that each run until their longest row;
     the completions are the same. 0 picks the most rows the token budget holds.
-    `compile=True` runs the decode steps through torch.compile (dynamic shapes, so one graph serves every
-    cache length and batch size): meant for CUDA, where it fuses each layer's many small kernels. On a CPU
-    it is slower (README, Known gaps) and its first call compiles for minutes.
+    `static=True` is continuous batching with one fixed shape per decode step (generate_static, a SlotCache
+    of `slots` rows), the same completions again; on CUDA its step is captured in a CUDA graph. It is what
+    `compile=True` means on CUDA (static=None: static exactly then). `compile=True` elsewhere runs the decode
+    steps through torch.compile with dynamic shapes (one graph for every cache length and batch size); on a CPU
+    that is slower (README, Known gaps) and its first call compiles for minutes.
     """
     prompts = [list(p) for p in prompts]
     if not prompts:
@@ -335,6 +405,17 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
             print(f"\rgenerate: {stats['tokens']} tokens, {stats['rows_done']}/{rows_total} rows done, "
                   f"{stats['tokens'] / max(seconds, 1e-9):.1f} tok/s", end="", file=sys.stderr, flush=True)
 
+    on_cuda = model.lm_head.weight.device.type == "cuda"
+    if static or (static is None and compile and on_cuda):
+        rows = max(len(p) for p in prompts) + max_new_tokens  # a row's slots: it never moves
+        slots = min(rows_total, slots or max(n, token_budget // rows))
+        if slots < n:
+            raise ValueError(f"slots={slots} cannot hold the n={n} samples of one prompt")
+        results = generate_static(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_token_ids,
+                                  seeds, pad_id, on_token, slots, graph=on_cuda)
+        if progress is True:
+            print(file=sys.stderr)
+        return results
     decode = torch.compile(model, dynamic=True) if compile else model  # compiled once per model, then cached
     if slots is not None:
         room = max(len(p) for p in prompts) + 2 * max_new_tokens  # a join can leave a row max_new_tokens behind

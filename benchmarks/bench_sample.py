@@ -11,11 +11,13 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
     python benchmarks/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
     python benchmarks/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
+    python benchmarks/bench_sample.py --device cuda --throughput  # nano-vllm- and RL-shaped workloads, roof
 
 --ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
 (log-normal, median an eighth of the budget) with 10% of the rows running to the budget, through 6 layers of
 the 0.6B widths (bf16 on CUDA, fp32 on the CPU as evaluation runs there); the chunked sampler (64 rows a
-chunk) against generate(slots=64), same outputs asserted.
+chunk) against generate(slots=64) and generate(slots=64, static=True) (one shape per step; on CUDA a captured
+CUDA graph), same outputs asserted.
 """
 
 import argparse
@@ -93,21 +95,38 @@ def run_transformers(ref, prompts, new_tokens):
 
 
 class ScriptedLengths(torch.nn.Module):
-    """The --ragged harness: the model's whole forward runs, then its logits are overwritten so that the row whose
-    prompt ends in token r repeats r and draws the stop token (0) as its lengths[r]-th token, so every sampler
-    sees the same ragged workload at the real model's cost."""
+    """The --ragged / --throughput harness: the model's whole forward runs, then its logits are overwritten so
+    that the row whose prompt ends in token r repeats r and draws the stop token (0) as its lengths[r]-th token,
+    so every sampler sees the same ragged workload at the real model's cost. prompt_lens[r]: row r's prompt."""
 
-    def __init__(self, model, prompt_len, lengths):
+    def __init__(self, model, prompt_lens, lengths):
         super().__init__()
         self.model, self.lm_head, self.config, self.new_cache = model, model.lm_head, model.config, model.new_cache
-        self.prompt_len, self.lengths = prompt_len, torch.tensor([0, *lengths])  # indexed by the row's token
+        # indexed by the row's token; on the model's device, so a captured step copies nothing from the host
+        device = model.lm_head.weight.device
+        self.prompt_lens = torch.tensor([0, *prompt_lens], device=device)
+        self.lengths = torch.tensor([0, *lengths], device=device)
 
     def forward(self, ids, cache, last_only):
         logits = self.model(ids, cache=cache, last_only=last_only)
         row = ids[:, -1]
-        made = cache.length - cache.pad - self.prompt_len  # tokens each row has generated so far
-        forced = torch.where(made + 1 >= self.lengths.to(row.device)[row], 0, row)
+        filled = cache.lens if isinstance(cache, M.SlotCache) else cache.length - cache.pad
+        made = filled - self.prompt_lens[row]  # tokens each row has generated so far
+        forced = torch.where(made + 1 >= self.lengths[row], 0, row)
         return torch.full_like(logits, float("-inf")).scatter_(-1, forced[:, None, None], 0.0)
+
+
+class StopAtLength:
+    """The same scripted lengths for transformers' generate (a logits processor): row i draws token 0, its
+    end of sequence, as its lengths[i]-th new token, and repeats its last prompt token before that."""
+
+    def __init__(self, prompt_width, lengths):
+        self.width, self.lengths = prompt_width, torch.tensor(lengths)
+
+    def __call__(self, input_ids, scores):
+        made = input_ids.shape[1] - self.width
+        forced = torch.where(made + 1 >= self.lengths.to(scores.device), 0, input_ids[:, self.width - 1])
+        return torch.full_like(scores, float("-inf")).scatter_(-1, forced[:, None], 0.0)
 
 
 def ragged(args):
@@ -123,11 +142,13 @@ def ragged(args):
     lengths = lengths.clamp(1, budget).tolist()
     for i in torch.randperm(rows, generator=g)[:rows // 10].tolist():
         lengths[i] = budget + 1  # never stops: runs to the budget
-    harness = ScriptedLengths(model, prompt_len, lengths)
+    harness = ScriptedLengths(model, [prompt_len] * rows, lengths)
     prompts = [[r + 1] * prompt_len for r in range(rows)]
     runs = {f"chunks of {slots} rows": lambda: [c for i in range(0, rows, slots) for c in generate(
                 harness, prompts[i:i + slots], budget, temperature=0, stop_token_ids={0})],
-            f"slots={slots}": lambda: generate(harness, prompts, budget, temperature=0, stop_token_ids={0}, slots=slots)}
+            f"slots={slots}": lambda: generate(harness, prompts, budget, temperature=0, stop_token_ids={0}, slots=slots),
+            f"static, slots={slots}": lambda: generate(harness, prompts, budget, temperature=0, stop_token_ids={0},
+                                                       slots=slots, static=True)}
     made = {name: [c.tokens for c in run()] for name, run in runs.items()}
     assert all(m == made[f"chunks of {slots} rows"] for m in made.values()), "the samplers' outputs differ"
     n_tokens = sum(map(len, made[f"chunks of {slots} rows"]))
@@ -142,6 +163,70 @@ def ragged(args):
     for name, t in times.items():
         print(f"  {name:>18}: {n_tokens / statistics.median(t):7.1f} tok/s, {base / statistics.median(t):.2f}x "
               f"the chunks (median of {args.repeats})")
+
+
+def throughput(args):
+    """The GPU throughput figures, ours beside transformers' generate on the same scripted lengths: a
+    nano-vllm-shaped workload (256 sequences, prompt and output lengths uniform in [100, 1024]) and an
+    RL-shaped one (16 prompts x 16 samples x 512 tokens), random Qwen3-0.6B weights, bf16 on CUDA. Output
+    tokens/s and the fraction of the bandwidth roof: at batch B a decode step must read the weights once and
+    each row's keys and values, so B tokens cost (weight bytes + B x mean context x KV bytes per token) /
+    bandwidth (the measured copy bandwidth)."""
+    quick = args.quick
+    config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if quick \
+        else M.Qwen3Config()
+    dtype = torch.bfloat16 if args.device != "cpu" else torch.float32
+    ours, ref = build_pair(config, dtype)
+    ours, ref = ours.to(args.device), ref.to(args.device)
+    g = torch.Generator().manual_seed(0)
+    short, long, n_seq = (8, 32, 16) if quick else (100, 1024, 256)
+    uniform = lambda n: torch.randint(short, long + 1, (n,), generator=g).tolist()
+    rl_prompts, rl_n, rl_len = (2, 4, 16) if quick else (16, 16, 512)
+    workloads = {"nano-vllm (256 seqs)" if not quick else "ragged": (uniform(n_seq), uniform(n_seq), 1),
+                 f"RL ({rl_prompts} x {rl_n} x {rl_len})": ([128 if not quick else 16] * rl_prompts,
+                                                            [rl_len + 1] * rl_prompts, rl_n)}
+    bandwidth, weight_bytes = copy_bandwidth(args.device), 2 * (M.flops_per_token(config, 0) // 2)
+    kv = M.KVCache(config, 1, 1).k.element_size() * 2 * config.layer_passes * config.num_key_value_heads * config.head_dim
+    print(f"throughput: {M.count_parameters(config) / 1e6:.0f}M parameters, {str(dtype).removeprefix('torch.')}, "
+          f"{args.device}; copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    for name, (prompt_lens, lengths, n) in workloads.items():
+        rows = len(prompt_lens) * n
+        budget = max(min(x, long if n == 1 else rl_len) for x in lengths)
+        harness = ScriptedLengths(ours, prompt_lens, lengths)
+        prompts = [[r + 1] * p for r, p in enumerate(prompt_lens)]
+        made_tokens = sum(min(x, budget) for x in lengths) * n
+        width = max(prompt_lens)
+        padded = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=args.device)
+        mask = (padded != 0).long()
+        runs = {"ours, slots": lambda: generate(harness, prompts, budget, temperature=0, n=n, stop_token_ids={0},
+                                                slots=rows),
+                "ours, static": lambda: generate(harness, prompts, budget, temperature=0, n=n, stop_token_ids={0},
+                                                 slots=rows, static=True)}
+        import transformers
+        stop = transformers.LogitsProcessorList([StopAtLength(width, [x for x in lengths for _ in range(n)])])
+        runs["transformers"] = lambda: ref.generate(padded.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(
+            n, 0), max_new_tokens=budget, do_sample=False, eos_token_id=0, pad_token_id=0, logits_processor=stop)
+        want = [min(x, budget) for x in lengths for _ in range(n)]
+        for k in ("ours, slots", "ours, static"):  # the warm-up (a CUDA graph is captured here), checked
+            assert [len(c.tokens) for c in runs[k]()] == want, f"{k}: not the scripted lengths"
+        new = runs["transformers"]()[:, width:].cpu()
+        ends = [int((row == 0).nonzero()[0]) + 1 if (row == 0).any() else len(row) for row in new]
+        assert ends == want, "transformers: not the scripted lengths"
+        times = {k: [] for k in runs}
+        for _ in range(args.repeats):
+            for k, run in runs.items():
+                times[k].append(timed(run))
+        context = sum((p + min(x, budget) / 2) * min(x, budget) for p, x in zip(prompt_lens, lengths)) / \
+            sum(min(x, budget) for x in lengths)  # the mean context a generated token attends to
+        batch = min(rows, 256)
+        roof = batch * bandwidth / (weight_bytes + batch * context * kv)
+        print(f"  {name}: {made_tokens} output tokens, mean context {context:.0f}; bandwidth roof {roof:.0f} tok/s "
+              f"at batch {batch}")
+        base = statistics.median(times["transformers"])
+        for k, t in times.items():
+            rate = made_tokens / statistics.median(t)
+            print(f"    {k:>14}: {rate:9.1f} tok/s, {rate / roof:6.1%} of the roof, {base / statistics.median(t):.2f}x "
+                  f"transformers (median of {args.repeats})")
 
 
 def full_sort_top_p(logits, top_p, keys, step):
@@ -207,6 +292,7 @@ def main():
     ap.add_argument("--kernels", action="store_true", help="only time the one-row kernels model.Linear picks from")
     ap.add_argument("--ragged", action="store_true", help="only the ragged workload: continuous batching vs chunks")
     ap.add_argument("--ragged-budget", type=int, default=256, help="--ragged: the generation budget")
+    ap.add_argument("--throughput", action="store_true", help="only the GPU throughput workloads (nano-vllm, RL)")
     ap.add_argument("--sampling", action="store_true", help="only the cost of choosing tokens against a decode step")
     ap.add_argument("--layers", type=int, default=28, help="--sampling: layers of the decode step")
     args = ap.parse_args()
@@ -219,6 +305,8 @@ def main():
         return ragged(args)
     if args.sampling:
         return sampling_cost(args)
+    if args.throughput:
+        return throughput(args)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick else M.Qwen3Config()
     ours, ref = build_pair(config, torch.bfloat16)
     ours, ref = ours.to(args.device), ref.to(args.device)

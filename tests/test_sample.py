@@ -255,6 +255,44 @@ def test_joined_caches_keep_every_tokens_position(tiny):
     assert torch.allclose(together, apart, atol=1e-5)
 
 
+def test_static_step_equals_the_eager_step(tiny):
+    """A SlotCache loaded from ragged prefills (rows in another order, one row free): one decode step gives each
+    row the eager KVCache step's logits, at the same positions, and only live rows advance."""
+    model, _ = tiny
+    prompts = random_prompts([4, 13, 2, 9])
+    with torch.inference_mode():
+        eager, first = S.prefill(model, prompts, 1, 3, 0)
+        static = model.new_cache(5, 16, static=True)
+        for row, i in zip((3, 0, 4, 1), range(4)):  # slot 2 stays free
+            static.load(row, eager, i)
+        assert static.lens.tolist() == [13, 9, 0, 4, 2] and static.live.tolist() == [True, True, False, True, True]
+        token = torch.tensor([[5], [6], [7], [8]])
+        want = model(token, cache=eager, last_only=True)[:, -1]
+        got = model(torch.tensor([[6], [8], [0], [5], [7]]), cache=static, last_only=True)[:, -1]
+    assert torch.allclose(got[[3, 0, 4, 1]], want, atol=1e-5)
+    assert static.lens.tolist() == [14, 10, 0, 5, 3]
+    with pytest.raises(RuntimeError, match="SlotCache overflow"):
+        model.new_cache(1, 8, static=True).load(0, eager, 1)
+
+
+def test_static_generation_gives_the_chunked_completions(tiny):
+    """generate(static=True) (one shape per step, what --compile captures on CUDA) against the chunked sampler
+    on ragged prompts with stops, greedy and sampled, n = 1 and 3, whatever the slot count."""
+    model, _ = tiny
+    prompts = random_prompts([5, 17, 3, 9, 11, 2, 30, 7])
+    stops = {int(t) for t in S.generate(model, prompts[:2], 6, temperature=0)[0].tokens[2:5]}
+    for temperature, n in ((0, 1), (1.0, 3)):
+        ref = S.generate(model, prompts, 20, temperature=temperature, n=n, stop_token_ids=stops, seed=3)
+        assert {o.finish_reason for o in ref} == {"stop", "length"}, "the test needs ragged rows"
+        for slots in (n, 2 * n + 1, 0):
+            out = S.generate(model, prompts, 20, temperature=temperature, n=n, stop_token_ids=stops, seed=3,
+                             slots=slots, static=True)
+            assert [(o.prompt_index, o.tokens, o.finish_reason) for o in out] == \
+                [(o.prompt_index, o.tokens, o.finish_reason) for o in ref]
+            for o, r in zip(out, ref):
+                assert torch.allclose(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=1e-5)
+
+
 def test_token_budget_splits_without_changing_greedy_output(tiny):
     model, _ = tiny
     prompts = random_prompts([5, 17, 3, 9, 11, 2])
@@ -313,8 +351,9 @@ def test_compiled_decode_gives_the_eager_completions(tiny):
 
 
 def test_generate_on_gpu_equals_the_cpu(tiny, gpu):
-    """fp32 on the GPU, eager and compiled: the CPU's greedy tokens and seeded samples (the draws are a hash
-    of (seed, row, step, token), whatever the device), log-probs equal up to rounding."""
+    """fp32 on the GPU, eager and compiled (on CUDA: the static step captured in a CUDA graph): the CPU's greedy
+    tokens and seeded samples (the draws are a hash of (seed, row, step, token), whatever the device),
+    log-probs equal up to rounding."""
     model, _ = tiny
     on_gpu = copy.deepcopy(model).to(gpu)
     prompts = random_prompts([5, 17, 3, 9])
@@ -362,7 +401,9 @@ def test_looped_sampler_logprobs_equal_the_trainers_after_updates(tiny, spec, ra
         opt.zero_grad()
     assert all(a > 0 for a in M.loop_metrics(m)["loop_gate_abs"])
     prompts = random_prompts([4, 11, 7])
-    for o in S.generate(m, prompts, 16, temperature=1.0, n=3, seed=7):
+    chunked, static = (S.generate(m, prompts, 16, temperature=1.0, n=3, seed=7, static=s) for s in (False, True))
+    assert [o.tokens for o in static] == [o.tokens for o in chunked]  # the static step keeps every pass's row
+    for o in chunked + static:
         p = prompts[o.prompt_index]
         with torch.no_grad():
             trainer = M.token_logprobs(m, torch.tensor([p + o.tokens]))[0][0, len(p) - 1:]
