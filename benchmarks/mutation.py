@@ -33,7 +33,7 @@ TESTS = {
     "evaluate.py": ["tests/test_evaluate.py", "tests/test_cli.py"],
     "problems.py": ["tests/test_problems.py", "tests/test_evaluate.py", "tests/test_cli.py"],
     "verify.py": ["tests/test_verify.py"],
-    "model.py": ["tests/test_model.py"],
+    "model.py": ["tests/test_model.py", "tests/test_sample.py"],  # the caches are tested through the sampler
 }
 # The planted bugs of issue #21 (every one survived the suite then): (file, text, replacement, what it breaks).
 # `python benchmarks/mutation.py --named` checks that each is now caught.
