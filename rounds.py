@@ -58,7 +58,7 @@ from cli import arg
 SELECTIONS = ("all", "distinct", "shortest")
 DELIBERATIONS = ("sample", "decompose")
 DISTIL_FROM = ("continue", "restart")
-RESUMABLE = {"rounds", "resume", "device"}  # may change on --resume; every other setting must match
+RESUMABLE = {"rounds", "resume", "device", "out"}  # may change on --resume (a moved run too); every other setting must match
 
 
 @dataclass

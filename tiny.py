@@ -272,6 +272,9 @@ class SharedPrefix:
         q = torch.arange(self.length, self.length + T)[:, None]
         return (torch.arange(self.length + T)[None, :] <= q)[None, None]
 
+    def advance(self, T):  # after a forward, as KVCache
+        self.length += T
+
     def update(self, layer, k, v):
         if self.length == 0:  # the head pass: keep its keys/values
             self.k[layer], self.v[layer] = k, v
