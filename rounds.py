@@ -403,12 +403,18 @@ def training_flops(config, traces, epochs):
 # 4. Optional RL phase: train_rl.train from the distilled checkpoint
 
 
-def rl_phase(cfg, round_dir, r):
-    """Dr. GRPO for --rl-steps from round_dir (its run in round_dir/rl); returns the run's final checkpoint and
-    its compute (the run's last logged totals)."""
+def rl_phase(cfg, round_dir, r, pool):
+    """Dr. GRPO for --rl-steps from round_dir (its run in round_dir/rl) on the round's own pool (with --frontier:
+    the rungs it deliberated on, written to round_dir/rl_pool.jsonl); returns the run's final checkpoint and its
+    compute (the run's last logged totals)."""
     run = round_dir / "rl"
-    rcfg = T.Config(model=str(round_dir / "distilled"), dataset=cfg.dataset, subject=cfg.subject,
-                    num_problems=cfg.num_problems, val_dataset=cfg.val_dataset, val_size=cfg.val_size, test_dataset="",
+    dataset, n = cfg.dataset, cfg.num_problems
+    if cfg.frontier:
+        dataset, n = str(round_dir / "rl_pool.jsonl"), 0
+        round_dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl(dataset, pool)
+    rcfg = T.Config(model=str(round_dir / "distilled"), dataset=dataset, subject=cfg.subject,
+                    num_problems=n, val_dataset=cfg.val_dataset, val_size=cfg.val_size, test_dataset="",
                     template=cfg.template, objective="drgrpo", steps=cfg.rl_steps,
                     problems_per_step=cfg.rl_problems_per_step, group_size=cfg.rl_group_size,
                     max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, grader=cfg.grader, lr=cfg.rl_lr,
@@ -553,7 +559,7 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
                rl_steps=0, rl_generated_tokens=0, rl_training_tokens=0, rl_flops=0.0)
     if cfg.rl_steps:
         M.save_model(policy, round_dir / "distilled", tokenizer)
-        final, rl = rl_phase(cfg, round_dir, r)
+        final, rl = rl_phase(cfg, round_dir, r, train_set)
         policy = M.load_model(final, dtype=torch.float32, device=device)
         row.update(rl)
     save_policy(policy, round_dir, tokenizer)

@@ -1,6 +1,7 @@
 """rounds.py: selection and masking by hand, one tiny round learning, rows recomputed from the records, resume
 after an interrupted round, bad flags and pools."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -229,3 +230,24 @@ def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
     (tmp_path / "checkpoints" / ".step_5.tmp").mkdir()  # an interrupted save is not a checkpoint
     assert table.checkpoint_at(tmp_path, 35.0) == (4, 40.0)  # saved FLOPs 20 / 40 / 60: the nearest
     assert table.checkpoint_at(tmp_path, 29.0) == (2, 20.0) and table.checkpoint_at(tmp_path, 1e9) == (6, 60.0)
+
+
+def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
+    """With --frontier the RL phase draws from the rungs the round deliberated on, not from the whole ladder."""
+    seen = {}
+
+    def fake_train(rcfg):
+        seen["pool"] = T.load_pools(rcfg)[0]
+        run = Path(rcfg.out)
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(json.dumps(dict(step=1, generated_tokens=5, training_tokens=4, flops=2.0)))
+    monkeypatch.setattr(T, "train", fake_train)
+    ladder = P.load_problems("tiny_ladder_train")
+    pool = [p for p in ladder[:40] if p["level"] <= 3]
+    cfg = R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", val_dataset="tiny_ladder_val", grader="steps",
+                         eval_group_by="level", frontier=0.5, num_problems=12, rl_steps=1)
+    final, rl = R.rl_phase(cfg, tmp_path / "round_1", 1, pool)
+    assert [p["id"] for p in seen["pool"]] == [p["id"] for p in pool]  # all of it: rungs 2-3 only
+    assert rl == dict(rl_steps=1, rl_generated_tokens=5, rl_training_tokens=4, rl_flops=2.0)
+    R.rl_phase(dataclasses.replace(cfg, frontier=0.0), tmp_path / "round_2", 2, pool)
+    assert [p["id"] for p in seen["pool"]] == [p["id"] for p in ladder[:12]]  # no frontier: the first 12
