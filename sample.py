@@ -246,6 +246,27 @@ def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
 JOIN_FRACTION = 0.25  # waiting prompts join once this share of the slots is free: each join copies the cache
 
 
+def draw_live(logits, row_result, keys, steps, sampling, stop, results, max_new_tokens, on_token):
+    """The continuous samplers' draw: the next token of every live row (row_result >= 0), counted by its own
+    token index; rows that stop or reach the budget are marked finished (-1). Returns (live rows, tokens)."""
+    live = (row_result >= 0).nonzero().squeeze(-1)
+    if not len(live):
+        return live, None
+    ids = row_result[live]
+    token, done = draw_tokens(logits[live], *sampling, keys[ids], steps[ids], stop, results, ids)
+    steps[ids] += 1
+    finished = done | (steps[ids] >= max_new_tokens)
+    on_token(len(live), int(finished.sum()))
+    row_result[live[finished]] = -1
+    return live, token
+
+
+def wants_join(waiting, free, n_live, n, slots):
+    """Waiting prompts join when all n samples of one fit and, unless nothing runs, a JOIN_FRACTION of the slots
+    is free: each join costs a prefill (and, with a KVCache, a copy of the cache)."""
+    return bool(waiting) and free >= n and (n_live == 0 or free >= max(n, JOIN_FRACTION * slots))
+
+
 @torch.inference_mode()
 def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds, pad_id,
                    on_token, decode, slots):
@@ -264,7 +285,7 @@ def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
     while True:
         n_live = int((row_result >= 0).sum())
         free = slots - n_live
-        if waiting and free >= n and (n_live == 0 or free >= max(n, JOIN_FRACTION * slots)):  # joins copy the cache
+        if wants_join(waiting, free, n_live, n, slots):
             keep = (row_result >= 0).nonzero().squeeze(-1)  # finished rows leave the cache here
             old = [cache] if n_live else []
             if n_live:
@@ -277,15 +298,10 @@ def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k,
             logits = torch.cat([logits, new_logits]) if n_live else new_logits
             new_rows = torch.tensor([i * n + j for i in take for j in range(n)], dtype=torch.long, device=device)
             row_result = torch.cat([row_result, new_rows])
-        live = (row_result >= 0).nonzero().squeeze(-1)
+        live, token = draw_live(logits, row_result, keys, steps, (temperature, top_p, top_k), stop, results,
+                                max_new_tokens, on_token)
         if not len(live):
             return results
-        ids = row_result[live]
-        token, done = draw_tokens(logits[live], temperature, top_p, top_k, keys[ids], steps[ids], stop, results, ids)
-        steps[ids] += 1
-        finished = done | (steps[ids] >= max_new_tokens)
-        on_token(len(live), int(finished.sum()))
-        row_result[live[finished]] = -1
         if bool((row_result >= 0).any()):
             logits, row_result = decode_step(decode, cache, live, token, row_result, pad_id)
 
@@ -334,7 +350,7 @@ def generate_static(model, prompts, n, max_new_tokens, temperature, top_p, top_k
     while True:
         free = (row_result < 0).nonzero().squeeze(-1)
         n_live = slots - len(free)
-        if waiting and len(free) >= n and (n_live == 0 or len(free) >= max(n, JOIN_FRACTION * slots)):
+        if wants_join(waiting, len(free), n_live, n, slots):
             take, waiting = waiting[:len(free) // n], waiting[len(free) // n:]
             prefilled, new_logits = prefill(model, [prompts[i] for i in take], n, 0, pad_id)
             rows = free[:len(take) * n]
@@ -342,15 +358,10 @@ def generate_static(model, prompts, n, max_new_tokens, temperature, top_p, top_k
                 cache.load(row, prefilled, i)
             logits[rows] = new_logits.to(logits.dtype)
             row_result[rows] = torch.tensor([i * n + j for i in take for j in range(n)], device=device)
-        live = (row_result >= 0).nonzero().squeeze(-1)
+        live, drawn = draw_live(logits, row_result, keys, steps, (temperature, top_p, top_k), stop, results,
+                                max_new_tokens, on_token)
         if not len(live):
             return results
-        ids = row_result[live]
-        drawn, done = draw_tokens(logits[live], temperature, top_p, top_k, keys[ids], steps[ids], stop, results, ids)
-        steps[ids] += 1
-        finished = done | (steps[ids] >= max_new_tokens)
-        on_token(len(live), int(finished.sum()))
-        row_result[live[finished]] = -1
         if bool((row_result >= 0).any()):
             token.fill_(pad_id)
             token[live, 0] = drawn
