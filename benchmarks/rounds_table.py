@@ -3,6 +3,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
 
     python benchmarks/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
+    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -60,15 +61,20 @@ def checkpoint_at(run_dir, flops):
     return step, at[step]
 
 
-def evaluate_checkpoint(run_dir, step, rounds_config):
-    """Row 0 of `rounds.py --rounds 0` on the checkpoint: the rounds' own evaluation of both modes."""
+def evaluate_with(model, out, rounds_config, **override):
+    """Row 0 of `rounds.py --rounds 0` on `model`: the rounds run's own evaluation of both modes (flags in
+    `override` replaced), cached in `out`."""
     import rounds as R
-    out = Path(run_dir) / "rounds_eval" / f"step_{step}"
-    if not (out / "rounds.jsonl").exists():
-        flags = [x for k in EVAL_FLAGS for x in (f"--{k.replace('_', '-')}", str(rounds_config[k]))]
-        R.main(["--model", str(Path(run_dir) / "checkpoints" / f"step_{step}"), *flags, "--rounds", "0",
-                "--test-dataset", "", "--out", str(out)])
+    if not (Path(out) / "rounds.jsonl").exists():
+        settings = {**{k: rounds_config[k] for k in EVAL_FLAGS}, **override}
+        flags = [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+        R.main(["--model", str(model), *flags, "--rounds", "0", "--test-dataset", "", "--out", str(out)])
     return rows_of(out)[0]
+
+
+def evaluate_checkpoint(run_dir, step, rounds_config):
+    return evaluate_with(Path(run_dir) / "checkpoints" / f"step_{step}", Path(run_dir) / "rounds_eval" / f"step_{step}",
+                         rounds_config)
 
 
 def mean_ci(values):
@@ -106,11 +112,43 @@ def baseline_table(rounds_dirs, baseline_dirs):
     return "\n".join(lines)
 
 
+# -----------------------------------------------------------------------------
+# The deliberate mode at another temperature, every round's policy re-evaluated
+
+
+def temperature_table(run_dir, temperature):
+    """Each round's pi_N (round 0: the run's starting model) evaluated again with the deliberate mode at
+    `temperature` (fast greedy is unchanged), beside the run's own rows; cached in <run>/rounds_eval/T<t>."""
+    rows = rows_of(run_dir)
+    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    k = cfg["eval_samples"] or cfg["samples"]
+    groups = list(rows[0]["fast_by_group"])
+    t0, t1 = cfg["temperature"], temperature
+    head = ["round", "fast", f"deliberate@{k}, T = {t0:g}", f"deliberate@{k}, T = {t1:g}", f"pass@{k}, T = {t0:g} / {t1:g}",
+            *[f"delib. {g}, T = {t1:g}" for g in groups]]
+    lines = [f"{run_dir}\n", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    ci = lambda r: f"{r['deliberate_accuracy']:.3f} [{r['deliberate_ci95'][0]:.2f}, {r['deliberate_ci95'][1]:.2f}]"
+    for r in rows:
+        model = Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"]
+        again = evaluate_with(model, Path(run_dir) / "rounds_eval" / f"T{t1:g}" / f"round_{r['round']}", cfg,
+                              temperature=t1)
+        cells = [str(r["round"]), f"{r['fast_accuracy']:.3f}", ci(r), ci(again),
+                 f"{r['deliberate_pass_at_k'][f'pass@{k}']:.3f} / {again['deliberate_pass_at_k'][f'pass@{k}']:.3f}",
+                 *[f"{again['deliberate_by_group'][g]:.2f}" for g in groups]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="rounds.py run directories (with --baseline: one per seed, in seed order)")
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="re-evaluate every round's policy with the deliberate mode at this temperature")
     args = ap.parse_args()
     if args.baseline and len(args.baseline) != len(args.runs):
         ap.error(f"--baseline: {len(args.baseline)} runs for {len(args.runs)} rounds runs (one per seed)")
-    print(baseline_table(args.runs, args.baseline) if args.baseline else "\n\n".join(table(d) for d in args.runs))
+    if args.temperature is not None:
+        print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
+    else:
+        print(baseline_table(args.runs, args.baseline) if args.baseline else "\n\n".join(table(d) for d in args.runs))

@@ -251,3 +251,36 @@ def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
     assert rl == dict(rl_steps=1, rl_generated_tokens=5, rl_training_tokens=4, rl_flops=2.0)
     R.rl_phase(dataclasses.replace(cfg, frontier=0.0), tmp_path / "round_2", 2, pool)
     assert [p["id"] for p in seen["pool"]] == [p["id"] for p in ladder[:12]]  # no frontier: the first 12
+
+
+def test_temperature_table_reevaluates_each_round_with_the_new_temperature(tmp_path, monkeypatch):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("rounds_table", Path(__file__).parent.parent / "benchmarks" /
+                                                  "rounds_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+
+    def row(r, acc):
+        return dict(round=r, fast_accuracy=0.5, fast_by_group={"2": 0.5}, deliberate_accuracy=acc,
+                    deliberate_ci95=[acc - 0.1, acc + 0.1], deliberate_by_group={"2": acc},
+                    deliberate_pass_at_k={"pass@1": acc, "pass@4": acc + 0.05})
+    (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(row(r, 0.2 + 0.1 * r)) + "\n" for r in range(2)))
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        model, temp, out = (argv[argv.index(f) + 1] for f in ("--model", "--temperature", "--out"))
+        Path(out).mkdir(parents=True)
+        (Path(out) / "rounds.jsonl").write_text(json.dumps(row(0, 0.7 if model == "tiny" else 0.9)) + "\n")
+    monkeypatch.setattr(R, "main", fake_main)
+    text = table.temperature_table(tmp_path, 0.5)
+    assert [c[c.index("--model") + 1] for c in calls] == ["tiny", str(tmp_path / "round_1")]  # pi_0, then pi_1
+    assert all(c[c.index("--temperature") + 1] == "0.5" and c[c.index("--rounds") + 1] == "0" for c in calls)
+    assert all(c[c.index("--eval-samples") + 1] == "4" for c in calls)  # the run's own evaluation otherwise
+    lines = text.splitlines()[-2:]
+    assert "| 0.200 [0.10, 0.30] | 0.700 [0.60, 0.80] | 0.250 / 0.750 |" in lines[0]  # recorded, then at T = 0.5
+    assert "| 0.300 [0.20, 0.40] | 0.900 [0.80, 1.00] | 0.350 / 0.950 | 0.90 |" in lines[1]
+    table.temperature_table(tmp_path, 0.5)
+    assert len(calls) == 2  # cached: nothing evaluated twice
