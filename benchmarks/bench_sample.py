@@ -250,8 +250,8 @@ def sampling_cost(args):
     peaked = flat * 6  # a trained model's shape: a few tokens hold most of the mass
     with torch.inference_mode():
         cache = model.new_cache(batch, 129)
-        cache.advance(128)  # no prefill: 32 x 128 tokens through 28 bf16 layers take minutes on this CPU, and the
-        token = torch.ones(batch, 1, dtype=torch.long)  # step's cost does not depend on what the cache holds
+        token = torch.ones(batch, 1, dtype=torch.long)  # no prefill: 32 x 128 tokens through 28 bf16 layers take
+        # minutes on this CPU, and the step's cost does not depend on what the cache holds
 
         def step():
             cache.length = 128  # the same step again: write the 129th slot

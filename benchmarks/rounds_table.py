@@ -29,6 +29,10 @@ def rows_of(run_dir):
     return [json.loads(x) for x in (Path(run_dir) / "rounds.jsonl").read_text().splitlines() if x.strip()]
 
 
+def accuracy_ci(row, mode):  # "0.512 [0.45, 0.57]": a mode's accuracy and its 95% interval
+    return f"{row[mode + '_accuracy']:.3f} [{row[mode + '_ci95'][0]:.2f}, {row[mode + '_ci95'][1]:.2f}]"
+
+
 def table(run_dir):
     rows = rows_of(run_dir)
     groups = list(rows[0]["fast_by_group"])
@@ -36,9 +40,8 @@ def table(run_dir):
     head = ["round", "fast (95% CI)", "deliberate (95% CI)", *[f"fast / delib. {g}" for g in groups], k,
             "fast len", "entropy", "selected per group", "round FLOPs", "cumulative FLOPs"]
     lines = [f"{run_dir}\n", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
-    ci = lambda r, m: f"{r[m + '_accuracy']:.3f} [{r[m + '_ci95'][0]:.2f}, {r[m + '_ci95'][1]:.2f}]"
     for r in rows:
-        cells = [str(r["round"]), ci(r, "fast"), ci(r, "deliberate"),
+        cells = [str(r["round"]), accuracy_ci(r, "fast"), accuracy_ci(r, "deliberate"),
                  *[f"{r['fast_by_group'][g]:.2f} / {r['deliberate_by_group'][g]:.2f}" for g in groups],
                  f"{r['deliberate_pass_at_k'][k]:.3f}", f"{r['fast_length_mean']:.0f}", f"{r['entropy']:.3f}",
                  " ".join(f"{g}:{n}" for g, n in r.get("selected_by_group", {}).items()) or "-",
@@ -127,12 +130,12 @@ def temperature_table(run_dir, temperature):
     head = ["round", "fast", f"deliberate@{k}, T = {t0:g}", f"deliberate@{k}, T = {t1:g}", f"pass@{k}, T = {t0:g} / {t1:g}",
             *[f"delib. {g}, T = {t1:g}" for g in groups]]
     lines = [f"{run_dir}\n", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
-    ci = lambda r: f"{r['deliberate_accuracy']:.3f} [{r['deliberate_ci95'][0]:.2f}, {r['deliberate_ci95'][1]:.2f}]"
     for r in rows:
         model = Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"]
         again = evaluate_with(model, Path(run_dir) / "rounds_eval" / f"T{t1:g}" / f"round_{r['round']}", cfg,
                               temperature=t1)
-        cells = [str(r["round"]), f"{r['fast_accuracy']:.3f}", ci(r), ci(again),
+        cells = [str(r["round"]), f"{r['fast_accuracy']:.3f}", accuracy_ci(r, "deliberate"),
+                 accuracy_ci(again, "deliberate"),
                  f"{r['deliberate_pass_at_k'][f'pass@{k}']:.3f} / {again['deliberate_pass_at_k'][f'pass@{k}']:.3f}",
                  *[f"{again['deliberate_by_group'][g]:.2f}" for g in groups]]
         lines.append("| " + " | ".join(cells) + " |")

@@ -217,12 +217,17 @@ def test_decomposed_round_with_adaptive_k_and_an_rl_phase_runs_end_to_end(tmp_pa
     assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(M.load_model("tiny").config, records + extra))
 
 
-def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
+def load_rounds_table():  # benchmarks/ is not a package: load benchmarks/rounds_table.py by its path
     import importlib.util
     spec = importlib.util.spec_from_file_location("rounds_table", Path(__file__).parent.parent / "benchmarks" /
                                                   "rounds_table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
+    return table
+
+
+def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
+    table = load_rounds_table()
     rows = [dict(step=s, flops=10.0 * s) for s in range(1, 7)] + [dict(step=6, test_accuracy=0.5)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for s in (2, 4, 6):
@@ -254,11 +259,7 @@ def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
 
 
 def test_temperature_table_reevaluates_each_round_with_the_new_temperature(tmp_path, monkeypatch):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("rounds_table", Path(__file__).parent.parent / "benchmarks" /
-                                                  "rounds_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = load_rounds_table()
     cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
 
