@@ -15,6 +15,7 @@ evaluation of final/ in final_eval/ (evaluate.py's records and summary), which r
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import statistics
@@ -43,6 +44,12 @@ def greedy_test(model_path, n_test, out_dir=None):
     return summary["accuracy"], direct, length
 
 
+@functools.cache
+def start_test(model_path, n_test):
+    """greedy_test of the starting checkpoint, once per process: every run starts from the same weights."""
+    return greedy_test(model_path, n_test)
+
+
 def rl_effect(objective, seed, out, steps=12, problems_per_step=8, n_test=200, model="tiny", flags=()):
     """Greedy tiny_test (accuracy, direct share, length) before and after a short run of `objective`;
     `flags` are more train_rl.py flags for every run (e.g. --epochs-per-batch 4)."""
@@ -52,7 +59,7 @@ def rl_effect(objective, seed, out, steps=12, problems_per_step=8, n_test=200, m
     cfg.model = str(model)
     with contextlib.redirect_stdout(io.StringIO()):  # the per-step lines of every run would drown the table
         run = T.train(cfg)
-    return greedy_test(model, n_test), greedy_test(run / "final", n_test, out_dir=run / "final_eval")
+    return start_test(model, n_test), greedy_test(run / "final", n_test, out_dir=run / "final_eval")
 
 
 def main():

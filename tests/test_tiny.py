@@ -158,6 +158,23 @@ def test_short_pretraining_lowers_the_loss(tmp_path):
                          log=lambda msg: None) == losses[:3]
 
 
+def test_rope_theta_1e300_leaves_only_the_first_rotary_pair_turning(tmp_path):
+    """NoPE as a Qwen3 config (Kazemnejad et al. 2023): inv_freq = theta^(-2i/d) is 1 for pair 0 and 0 for
+    every other pair, so queries and keys meet with no position in them but one pair at 1 radian per token."""
+    rows = tiny.make_splits(0, {"test": 1, "val": 1, "train": 8})["train"]
+    model = tiny.new_model(tokenizer_for(rows, tmp_path), seed=0, rope_theta=1e300)
+    c = model.config
+    assert c.rope_theta == 1e300 and json.loads(json.dumps(c.rope_theta)) == 1e300  # survives config.json
+    positions = torch.arange(300)[None]
+    cos, sin = qwen.rope_cos_sin(positions, c.head_dim, c.rope_theta, torch.float32)
+    half = c.head_dim // 2
+    for table, want in ((cos, positions.float().cos()), (sin, positions.float().sin())):
+        pair0 = table[0, :, 0, [0, half]]  # pair 0 lives at dims 0 and half (Qwen rotates halves)
+        assert torch.allclose(pair0.abs(), want[0, :, None].abs().expand(-1, 2), atol=1e-5)
+    others = [d for d in range(c.head_dim) if d % half != 0]
+    assert (cos[..., others] == 1).all() and (sin[..., others] == 0).all()
+
+
 @pytest.fixture(scope="module")
 def committed():
     return qwen.load_model("tiny", device="cpu"), qwen.load_tokenizer("tiny")

@@ -615,18 +615,23 @@ def test_gpu_rollout_copy_is_bf16_and_tracks_the_policy(char_model_dir):
 # End to end on the embedded tiny world: RL must raise held-out accuracy from the committed checkpoint
 
 
-# Measured from the committed checkpoint over seeds 0-2 (12 steps x 8 problems x 8 samples, greedy on 200
-# test problems, from 41.0% and a direct-answer share of 0.60), every objective with its own defaults:
-# +26.5 to +38.5 points, share down to 0.17-0.30 (benchmarks/compare_objectives.py, the numbers in the
-# README). The thresholds keep a wide margin; the issue asks drgrpo and grpo for a clear rise and the other
-# objectives for "improves or at least does not break it".
+# Measured from the committed checkpoint over seeds 0-2 (8 problems x 8 samples a step, greedy on 200 test
+# problems, from 41.0% and a direct-answer share of 0.60), every objective with its own defaults: after 12 steps
+# +26.5 to +38.5 points, share down to 0.17-0.30 (benchmarks/compare_objectives.py, the numbers in the README);
+# after 6 steps +5.0 to +8.5 points, share down to 0.48-0.52 (the same with --steps 6). The issue asks drgrpo and
+# grpo for a clear rise (12 steps, a wide margin) and the other objectives for "improves or at least does not
+# break it": 6 steps, the bar half the smallest measured gain, so the nine runs take half as long.
+HEADLINE = ("drgrpo", "grpo")
+
+
 @pytest.mark.parametrize("objective", sorted(T.OBJECTIVES))
 def test_tiny_world_rl_raises_held_out_accuracy(objective, tmp_path):
     from benchmarks.compare_objectives import rl_effect
-    (acc0, direct0, _), (acc1, direct1, _) = rl_effect(objective, seed=0, out=tmp_path / "run")
+    steps, gain, drop = (12, 0.15, 0.20) if objective in HEADLINE else (6, 0.02, 0.04)
+    (acc0, direct0, _), (acc1, direct1, _) = rl_effect(objective, seed=0, out=tmp_path / "run", steps=steps)
     assert 0.10 < acc0 < 0.60  # the committed checkpoint is "sometimes right"
-    assert acc1 >= acc0 + 0.15, (acc0, acc1)
-    assert direct1 <= direct0 - 0.20, (direct0, direct1)  # RL teaches it to work step by step
+    assert acc1 >= acc0 + gain, (acc0, acc1)
+    assert direct1 <= direct0 - drop, (direct0, direct1)  # RL teaches it to work step by step
 
 
 def test_tiny_world_rl_on_gpu_with_compiled_sampling(tmp_path, gpu):
