@@ -215,7 +215,10 @@ def build_tokenizer(texts, path):
 # Model: a ~0.8M-parameter Qwen3 (the same architecture as the real model, just narrow and shallow)
 
 
-def tiny_config(tokenizer, rope_theta=10000.0):
+ROPE_THETA = 10000.0  # the committed build's RoPE base (tiny.py --rope-theta)
+
+
+def tiny_config(tokenizer, rope_theta=ROPE_THETA):
     return qwen.Qwen3Config(
         vocab_size=64 * math.ceil(tokenizer.vocab_size / 64), hidden_size=128, intermediate_size=384,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -223,7 +226,7 @@ def tiny_config(tokenizer, rope_theta=10000.0):
         bos_token_id=tokenizer.eos_id, eos_token_id=tokenizer.eos_id, torch_dtype="float32")
 
 
-def new_model(tokenizer, seed, rope_theta=10000.0):
+def new_model(tokenizer, seed, rope_theta=ROPE_THETA):
     """A freshly initialized tiny Qwen3: N(0, 0.02) for every matrix, as transformers initializes Qwen3
     (initializer_range); norms stay 1. The same seed gives the same weights."""
     torch.manual_seed(seed)
@@ -253,7 +256,7 @@ class TinyConfig:
     out: str = arg("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
     data_dir: str = arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
     threads: int = arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)")
-    rope_theta: float = arg(10000.0, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional encoding (NoPE)")
+    rope_theta: float = arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional encoding (NoPE)")
     data_only: bool = arg(False, "write the data files and stop")
 
 

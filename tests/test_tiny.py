@@ -168,9 +168,10 @@ def test_rope_theta_1e300_leaves_only_the_first_rotary_pair_turning(tmp_path):
     positions = torch.arange(300)[None]
     cos, sin = qwen.rope_cos_sin(positions, c.head_dim, c.rope_theta, torch.float32)
     half = c.head_dim // 2
-    for table, want in ((cos, positions.float().cos()), (sin, positions.float().sin())):
-        pair0 = table[0, :, 0, [0, half]]  # pair 0 lives at dims 0 and half (Qwen rotates halves)
-        assert torch.allclose(pair0.abs(), want[0, :, None].abs().expand(-1, 2), atol=1e-5)
+    angle = positions[0].float()  # pair 0 lives at dims 0 and half (Qwen rotates halves; sin is -sin on the first)
+    for dim, sign in ((0, -1), (half, 1)):
+        assert torch.allclose(cos[0, :, 0, dim], angle.cos(), atol=1e-5)
+        assert torch.allclose(sin[0, :, 0, dim], sign * angle.sin(), atol=1e-5)
     others = [d for d in range(c.head_dim) if d % half != 0]
     assert (cos[..., others] == 1).all() and (sin[..., others] == 0).all()
 
