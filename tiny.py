@@ -38,6 +38,11 @@ Tried and dropped: values up to 999 with two-digit factors (2% accuracy after 70
 against 7% for 0..99), lr 1e-2 (worse than 3e-3), batches of 16 or 32 (no better per example than 64).
 No positional encoding (--rope-theta 1e300, NoPE), tried for the ladder: 29.4% here instead of 42.4%,
 and still no step-valid chain above rung 3 (docs/ladder.md).
+
+--long-4/5/6 mix complete worked solutions of 4-6-operation problems (make_long: their own random stream,
+texts outside every split and the ladder) into a share of each batch: the only way found to make a ladder
+rung reachable, by construction, since the model gives no probability to a worked line at an index no
+example shows (docs/ladder.md, "Seeded rungs"). The default, 0, draws nothing more: the committed build.
 """
 
 import json
@@ -129,6 +134,20 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
                                  problem=p["problem"], answer=p["answer"], level=level, solution=p["solution"]))
         splits["ladder_" + name] = rows
     return splits
+
+
+def make_long(seed, levels, exclude, n=5000):
+    """{level: n rows} of complete worked solutions at rungs pretraining does not otherwise show (--long-4/5/6),
+    from their own random stream, texts absent from `exclude` (every split's and the ladder's)."""
+    rng, seen, rows = random.Random(f"long-{seed}"), set(exclude), {}
+    for level in levels:
+        rows[level] = []
+        while len(rows[level]) < n:
+            p = make_problem(rng, level)
+            if p["problem"] not in seen:
+                seen.add(p["problem"])
+                rows[level].append(p)
+    return rows
 
 
 def write_splits(splits, data_dir):
@@ -252,6 +271,9 @@ class TinyConfig:
     weight_decay: float = arg(0.1, "AdamW weight decay on matrices")
     bare_2: float = arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}")
     bare_3: float = arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}")
+    long_4: float = arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made reachable by construction)")
+    long_5: float = arg(0.0, "the same for 5 operations")
+    long_6: float = arg(0.0, "the same for 6 operations")
     eval_every: int = arg(250, "steps between greedy accuracy checks on the first 200 validation problems")
     out: str = arg("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
     data_dir: str = arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
@@ -322,8 +344,27 @@ def lr_at(step, cfg):  # linear warmup, then cosine decay (Loshchilov & Hutter 2
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def pretrain(model, tokenizer, train_rows, cfg, val_rows=None, log=print):
-    """Train in place for cfg.steps steps; returns the per-step losses. Deterministic given cfg.seed."""
+def long_shares(cfg):
+    """{level: share of a batch} for the complete long solutions (--long-4/5/6), the nonzero ones only."""
+    return {lv: getattr(cfg, f"long_{lv}") for lv in (4, 5, 6) if getattr(cfg, f"long_{lv}") > 0}
+
+
+def mix_long(rows, bare, long_rows, shares, gen):
+    """Replace each batch row, with probability shares[level], by a complete solution of that level."""
+    u = torch.rand(len(rows), generator=gen).tolist()
+    pick = torch.randint(1 << 30, (len(rows),), generator=gen).tolist()
+    for j, (x, q) in enumerate(zip(u, pick)):
+        for level, share in shares.items():
+            if x < share:
+                rows[j], bare[j] = long_rows[level][q % len(long_rows[level])], False
+                break
+            x -= share
+    return rows, bare
+
+
+def pretrain(model, tokenizer, train_rows, cfg, val_rows=None, log=print, long_rows=None):
+    """Train in place for cfg.steps steps; returns the per-step losses. Deterministic given cfg.seed.
+    long_rows ({level: rows}, from make_long) mixes complete long solutions in at long_shares(cfg)."""
     gen = torch.Generator().manual_seed(cfg.seed)  # the data order and the bare/worked draws
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -334,7 +375,10 @@ def pretrain(model, tokenizer, train_rows, cfg, val_rows=None, log=print):
     for step in range(cfg.steps):
         idx = torch.randint(len(train_rows), (cfg.batch_size,), generator=gen)
         bare = (torch.rand(cfg.batch_size, generator=gen) < bare_share[idx]).tolist()
-        head, inputs, targets, mask = make_batch(tokenizer, [train_rows[i] for i in idx], bare)
+        rows = [train_rows[i] for i in idx]
+        if long_rows:  # drawn only then, so a build without long solutions is the committed one, bit for bit
+            rows, bare = mix_long(rows, bare, long_rows, long_shares(cfg), gen)
+        head, inputs, targets, mask = make_batch(tokenizer, rows, bare)
         model.train()
         logits = forward_shared_head(model, head, inputs)  # (B, T, vocab)
         nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
@@ -398,9 +442,11 @@ def check_config(cfg):
     for name in ("lr", "rope_theta"):
         if getattr(cfg, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    for name in ("min_lr_frac", "bare_2", "bare_3"):
+    for name in ("min_lr_frac", "bare_2", "bare_3", "long_4", "long_5", "long_6"):
         if not 0 <= getattr(cfg, name) <= 1:
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(cfg, name)}")
+    if cfg.long_4 + cfg.long_5 + cfg.long_6 > 1:
+        raise ValueError(f"--long-4 + --long-5 + --long-6 must be at most 1, got {cfg.long_4 + cfg.long_5 + cfg.long_6}")
 
 
 def main(argv=None):
@@ -425,7 +471,9 @@ def main(argv=None):
         model = new_model(tokenizer, cfg.seed, cfg.rope_theta)
         print(f"vocab {tokenizer.vocab_size} (padded to {model.config.vocab_size}), "
               f"{qwen.count_parameters(model.config):,} parameters")
-        pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"])
+        seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
+        long_rows = make_long(cfg.seed, long_shares(cfg), seen) if long_shares(cfg) else None
+        pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"], long_rows=long_rows)
         qwen.save_model(model, out, tokenizer)
     metrics = evaluate(model, tokenizer, splits["test"])
     record = dict(config=asdict(cfg), test=metrics, torch=torch.__version__)  # the weights depend on torch too

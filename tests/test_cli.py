@@ -138,6 +138,8 @@ def test_malformed_rows_name_the_file_and_line(bad_rows, tmp_path, capsys):
     (tiny.main, "tiny.py", ["--threads", "0"], "--threads must be at least 1, got 0"),
     (tiny.main, "tiny.py", ["--bare-3", "1.5"], "--bare-3 must be in [0, 1], got 1.5"),
     (tiny.main, "tiny.py", ["--rope-theta", "0"], "--rope-theta must be positive, got 0.0"),
+    (tiny.main, "tiny.py", ["--long-5", "-0.1"], "--long-5 must be in [0, 1], got -0.1"),
+    (tiny.main, "tiny.py", ["--long-4", "0.6", "--long-6", "0.5"], "--long-4 + --long-5 + --long-6 must be at most 1"),
 ])
 def test_invalid_flag_values_name_the_flag(main, prog, argv, message, capsys):
     code, line = run_cli(main, prog, argv, capsys)

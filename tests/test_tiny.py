@@ -238,6 +238,29 @@ def test_ladder_is_deterministic_disjoint_and_takes_turns():
             check_solution(r)
 
 
+def test_long_solutions_are_new_problems_mixed_in_at_their_shares():
+    exclude = existing_texts(3, {"test": 20, "val": 20, "train": 200})
+    long_rows = tiny.make_long(3, (4, 6), exclude, n=40)
+    assert long_rows == tiny.make_long(3, (4, 6), exclude, n=40) and set(long_rows) == {4, 6}
+    for level, rows in long_rows.items():
+        texts = {r["problem"] for r in rows}
+        assert len(texts) == 40 and not texts & exclude
+        for r in rows:
+            assert r["level"] == level and int(r["answer"]) == evaluate_text(r["problem"])
+            check_solution(r)
+    # each batch row becomes a long solution with its level's share, always worked; the others keep their draw
+    n, shares = 6000, {4: 0.2, 6: 0.05}
+    short = [dict(problem=str(i), level=2) for i in range(n)]
+    rows, bare = tiny.mix_long(list(short), [True] * n, long_rows, shares, torch.Generator().manual_seed(0))
+    for level, share in shares.items():
+        got = [b for r, b in zip(rows, bare) if r.get("level") == level]
+        assert abs(len(got) - n * share) < 4 * (n * share * (1 - share)) ** 0.5 and not any(got)
+    kept = [(r, b) for r, b in zip(rows, bare) if r["level"] == 2]
+    assert len(kept) > 0.7 * n and all(b for _, b in kept) and all(r is short[int(r["problem"])] for r, _ in kept)
+    assert tiny.long_shares(tiny.TinyConfig()) == {}  # the default build draws nothing more: the committed one
+    assert tiny.long_shares(tiny.TinyConfig(long_5=0.01)) == {5: 0.01}
+
+
 def test_committed_ladder_matches_generator_and_fits_the_context():
     splits = tiny.make_splits(SEED)
     ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
