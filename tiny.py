@@ -117,6 +117,15 @@ def make_splits(seed=0, sizes=None):
     return splits
 
 
+def new_problem(rng, n_ops, seen):
+    """make_problem drawn until its text is not in `seen`, which then holds it."""
+    while True:
+        p = make_problem(rng, n_ops)
+        if p["problem"] not in seen:
+            seen.add(p["problem"])
+            return p
+
+
 def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
     """The ladder's splits {"ladder_" + name: rows}: sizes[name] problems per rung, the rungs taking turns (so
     the first N rows, --num-problems N, are uniform over the rungs), texts distinct across the splits and
@@ -127,11 +136,9 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
         rows = []
         while len(rows) < n * len(levels):
             level = levels[len(rows) % len(levels)]
-            p = make_problem(rng, level)
-            if p["problem"] not in seen:
-                seen.add(p["problem"])
-                rows.append(dict(id=f"tiny_ladder_{name}/{len(rows):05d}", source="tiny_ladder",
-                                 problem=p["problem"], answer=p["answer"], level=level, solution=p["solution"]))
+            p = new_problem(rng, level, seen)
+            rows.append(dict(id=f"tiny_ladder_{name}/{len(rows):05d}", source="tiny_ladder",
+                             problem=p["problem"], answer=p["answer"], level=level, solution=p["solution"]))
         splits["ladder_" + name] = rows
     return splits
 
@@ -139,15 +146,8 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
 def make_long(seed, levels, exclude, n=5000):
     """{level: n rows} of complete worked solutions at rungs pretraining does not otherwise show (--long-4/5/6),
     from their own random stream, texts absent from `exclude` (every split's and the ladder's)."""
-    rng, seen, rows = random.Random(f"long-{seed}"), set(exclude), {}
-    for level in levels:
-        rows[level] = []
-        while len(rows[level]) < n:
-            p = make_problem(rng, level)
-            if p["problem"] not in seen:
-                seen.add(p["problem"])
-                rows[level].append(p)
-    return rows
+    rng, seen = random.Random(f"long-{seed}"), set(exclude)
+    return {level: [new_problem(rng, level, seen) for _ in range(n)] for level in levels}
 
 
 def write_splits(splits, data_dir):
@@ -371,13 +371,13 @@ def pretrain(model, tokenizer, train_rows, cfg, val_rows=None, log=print, long_r
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     bare_share = torch.tensor([cfg.bare_2 if r["level"] == 2 else cfg.bare_3 for r in train_rows])
-    losses, t0 = [], time.time()
+    losses, t0, shares = [], time.time(), long_shares(cfg)
     for step in range(cfg.steps):
         idx = torch.randint(len(train_rows), (cfg.batch_size,), generator=gen)
         bare = (torch.rand(cfg.batch_size, generator=gen) < bare_share[idx]).tolist()
         rows = [train_rows[i] for i in idx]
         if long_rows:  # drawn only then, so a build without long solutions is the committed one, bit for bit
-            rows, bare = mix_long(rows, bare, long_rows, long_shares(cfg), gen)
+            rows, bare = mix_long(rows, bare, long_rows, shares, gen)
         head, inputs, targets, mask = make_batch(tokenizer, rows, bare)
         model.train()
         logits = forward_shared_head(model, head, inputs)  # (B, T, vocab)
@@ -471,8 +471,10 @@ def main(argv=None):
         model = new_model(tokenizer, cfg.seed, cfg.rope_theta)
         print(f"vocab {tokenizer.vocab_size} (padded to {model.config.vocab_size}), "
               f"{qwen.count_parameters(model.config):,} parameters")
-        seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
-        long_rows = make_long(cfg.seed, long_shares(cfg), seen) if long_shares(cfg) else None
+        long_rows = None
+        if long_shares(cfg):
+            seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
+            long_rows = make_long(cfg.seed, long_shares(cfg), seen)
         pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"], long_rows=long_rows)
         qwen.save_model(model, out, tokenizer)
     metrics = evaluate(model, tokenizer, splits["test"])
