@@ -43,6 +43,8 @@ import lora
 REPO_DIR = Path(__file__).resolve().parent
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B-Base"
 TINY_MODEL_DIR = REPO_DIR / "tiny_model"  # the embedded tiny world's checkpoint (`--model tiny`)
+# The tiny world's named checkpoints: `tiny`, and `tiny-ladder`, the ladder's start (tiny.py's docstring builds both)
+TINY_MODELS = {"tiny": TINY_MODEL_DIR, "tiny-ladder": REPO_DIR / "tiny_ladder_model"}
 QWEN3_TOKENIZER = REPO_DIR / "data" / "qwen3-tokenizer" / "tokenizer.json"
 
 # -----------------------------------------------------------------------------
@@ -872,9 +874,9 @@ def download_model(repo_id, revision="main"):
 
 
 def is_tiny_world(name_or_path):
-    """`tiny`, or a local checkpoint with the tiny world's tokenizer (one trained from it, e.g. a run's final/):
-    such a model gets the tiny world's flag defaults (budget, data sets) in every script."""
-    if str(name_or_path) == "tiny":
+    """`tiny`, `tiny-ladder`, or a local checkpoint with the tiny world's tokenizer (one trained from it, e.g. a
+    run's final/): such a model gets the tiny world's flag defaults (budget, data sets) in every script."""
+    if str(name_or_path) in TINY_MODELS:
         return True
     mine = Path(name_or_path) / "tokenizer.json"
     if not mine.is_file() or mine.stat().st_size > 1 << 20:  # the tiny world's is ~1 KB; Qwen3's is 11 MB
@@ -886,11 +888,14 @@ def is_tiny_world(name_or_path):
 
 
 def resolve_model_dir(name_or_path, revision="main"):
-    """A local directory, `tiny`, or a Hugging Face repo id (the local cache first, then a download)."""
-    if str(name_or_path) == "tiny":
-        if not (TINY_MODEL_DIR / "config.json").is_file():
-            raise FileNotFoundError(f"{TINY_MODEL_DIR}: the tiny model is missing; rebuild it with `python tiny.py`")
-        return TINY_MODEL_DIR
+    """A local directory, a tiny-world name (TINY_MODELS), or a Hugging Face repo id (the local cache first, then
+    a download)."""
+    if str(name_or_path) in TINY_MODELS:
+        local = TINY_MODELS[str(name_or_path)]
+        if not (local / "config.json").is_file():
+            raise FileNotFoundError(f"{local}: the {name_or_path} model is missing; rebuild it with the command "
+                                    f"in tiny.py's docstring")
+        return local
     path = Path(name_or_path)
     if path.is_dir():
         return path
@@ -957,7 +962,7 @@ def default_dtype(device):
 
 
 def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
-    """A Qwen3 from a local directory, `tiny`, or a Hugging Face repo id."""
+    """A Qwen3 from a local directory, a tiny-world name (`tiny`, `tiny-ladder`), or a Hugging Face repo id."""
     model_dir = resolve_model_dir(name_or_path)
     config = Qwen3Config.from_json(model_dir / "config.json")
     device = device or default_device()
@@ -1057,7 +1062,7 @@ def load_tokenizer(name_or_path=DEFAULT_MODEL):
     path = Path(name_or_path)
     if path.suffix == ".json":
         return Tokenizer(path)
-    local = TINY_MODEL_DIR if str(name_or_path) == "tiny" else path
+    local = TINY_MODELS.get(str(name_or_path), path)
     if (local / "tokenizer.json").is_file():
         return Tokenizer(local / "tokenizer.json")
     if str(name_or_path).startswith("Qwen/"):

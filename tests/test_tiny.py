@@ -1,5 +1,6 @@
 """The embedded tiny world: task generator, splits, tokenizer, pretraining, and the committed files."""
 
+import hashlib
 import json
 import random
 import re
@@ -211,6 +212,64 @@ def test_committed_checkpoint_is_sometimes_right_as_recorded(committed):
     metrics = tiny.evaluate(model, tok, load_problems("tiny_test"))
     assert metrics == pytest.approx(recorded["test"], abs=1e-9)
     assert 0.10 < metrics["accuracy"] < 0.60 and metrics["direct_share"] > 0.3
+
+
+# -----------------------------------------------------------------------------
+# --init: a mid-training that continues a checkpoint, and the ladder's checkpoint built by one
+
+
+def test_init_continues_a_checkpoint_as_pretrain_would(tmp_path, monkeypatch):
+    # tiny.py --init tiny writes what tiny.pretrain gives when it continues the loaded checkpoint on the same
+    # mix (long solutions included), with the checkpoint's own tokenizer; the evaluations are tested below
+    monkeypatch.setattr(tiny, "evaluate", lambda model, tok, rows: dict(
+        accuracy=0.0, accuracy_level2=0.0, accuracy_level3=0.0, direct_share=0.0, n=len(rows)))
+    monkeypatch.setattr(tiny, "evaluate_ladder", lambda model, tok, rows: {"n": len(rows)})
+    flags = dict(steps=3, batch_size=6, lr=3e-4, warmup=1, min_lr_frac=1.0, long_5=0.5)
+    argv = ["--init", "tiny", "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "data")]
+    tiny.main(argv + [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()])
+    cfg = tiny.TinyConfig(**flags)
+    model, tok = qwen.load_model("tiny", device="cpu"), qwen.load_tokenizer("tiny")
+    splits = tiny.make_splits(SEED)
+    ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
+    seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
+    tiny.pretrain(model, tok, splits["train"], cfg, log=lambda msg: None, long_rows=tiny.make_long(SEED, (5,), seen))
+    written = qwen.load_model(tmp_path / "out", device="cpu")
+    for (name, a), b in zip(model.state_dict().items(), written.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(written.lm_head.weight, qwen.load_model("tiny", device="cpu").lm_head.weight)
+    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (qwen.TINY_MODEL_DIR / "tokenizer.json").read_bytes()
+    record = json.loads((tmp_path / "out" / "pretrain.json").read_text())
+    assert record["config"]["init"] == "tiny" and record["ladder_val"] == {"n": 500}  # seeded rungs: measured
+    with pytest.raises(ValueError, match="--rope-theta"):
+        tiny.check_config(tiny.TinyConfig(init="tiny", rope_theta=1e300))
+
+
+def test_evaluate_ladder_is_greedy_step_valid_accuracy_per_rung(monkeypatch):
+    rows = load_problems("tiny_ladder_val", 10)  # two of each rung, the rungs taking turns
+    calls = []
+
+    def fake_greedy(model, tok, problems, max_new_tokens):  # the first of each rung worked, the second bare
+        calls.append(max_new_tokens)
+        return [r["solution"] if i < 5 else f"\\boxed{{{r['answer']}}}" for i, r in enumerate(rows)]
+    monkeypatch.setattr(tiny, "greedy_complete", fake_greedy)
+    assert tiny.evaluate_ladder(None, None, rows) == {"2": 0.5, "3": 0.5, "4": 0.5, "5": 0.5, "6": 0.5}
+    assert calls == [tiny.LADDER_MAX_NEW_TOKENS]
+
+
+def test_ladder_checkpoint_is_the_recorded_continuation_and_reaches_every_seeded_rung():
+    # tiny_ladder_model/ (--model tiny-ladder): tiny continued by `tiny.py --init tiny` with complete 4-6-operation
+    # solutions; its build record recomputed from the committed files, and the rungs it seeds within greedy reach
+    record = json.loads((qwen.TINY_MODELS["tiny-ladder"] / "pretrain.json").read_text())
+    assert record["config"]["init"] == "tiny" and tiny.long_shares(tiny.TinyConfig(**record["config"])) == \
+        {4: 0.04, 5: 0.2, 6: 0.25}
+    assert record["init_sha256"] == hashlib.sha256((qwen.TINY_MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
+    assert qwen.is_tiny_world("tiny-ladder") and qwen.resolve_model_dir("tiny-ladder").name == "tiny_ladder_model"
+    assert (qwen.resolve_model_dir("tiny-ladder") / "tokenizer.json").read_bytes() == \
+        (qwen.TINY_MODEL_DIR / "tokenizer.json").read_bytes()
+    model, tok = qwen.load_model("tiny-ladder", device="cpu"), qwen.load_tokenizer("tiny-ladder")
+    by_rung = tiny.evaluate_ladder(model, tok, load_problems("tiny_ladder_val"))
+    assert by_rung == pytest.approx(record["ladder_val"], abs=1e-9)
+    assert all(by_rung[str(lv)] > 0 for lv in (4, 5, 6)) and by_rung["2"] > 0.5 > by_rung["3"]
 
 
 # -----------------------------------------------------------------------------
