@@ -2,6 +2,8 @@
 System 2 -> System 1 rounds: verified deliberation trains the fast policy, and the fast policy then deliberates.
 
     python rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder      # the ladder, CPU
+    python rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 \
+        --num-problems 500 --epochs 2 --rounds 5 --out runs/rounds/seeded                # from the ladder's own start
     python rounds.py --model Qwen/Qwen3-0.6B-Base --dataset math_train --out runs/rounds/qwen  # a GPU
 
 Round r starts from the policy pi_r (pi_0 = --model) and does, each step one plain function call:
@@ -626,6 +628,7 @@ def run(cfg):
         rows.append(run_round(r, cfg, out, pools[:2], tokenizer, device, rows))
     test = pools[2]
     if test:  # the held-out test split: evaluated once, at the end, never used for a choice
+        retire_test(out, f"round_{cfg.rounds}")
         _, sampler = load_policy(out / f"round_{cfg.rounds}", device)
         (_, fast), (_, slow) = evaluate_modes(sampler, tokenizer, test, cfg, out / "test", cfg.test_dataset)
         E.write_json(out / "test.json", dict(round=cfg.rounds, **mode_fields("fast", fast),
@@ -634,6 +637,17 @@ def run(cfg):
               f"deliberate {slow['accuracy']:.3f}")
     print(f"done: {out}")
     return rows
+
+
+def retire_test(out, last):
+    """A run extended past the round its held-out test evaluated (--rounds raised on --resume): that evaluation
+    moves into its own round's directory, kept whole, and the new last round is evaluated afresh in test/."""
+    settings = out / "test" / "fast" / "settings.json"
+    tested = Path(json.loads(settings.read_text())["model"]).name if settings.is_file() else last
+    if tested != last:
+        os.replace(out / "test", out / tested / "test")
+        if (out / "test.json").is_file():
+            os.replace(out / "test.json", out / tested / "test.json")
 
 
 def main(argv=None):

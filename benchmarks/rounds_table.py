@@ -9,7 +9,8 @@ With --baseline (train_rl.py run directories, one per seed, checkpoints saved ev
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
 the rounds count deliberation + distillation; evaluation excluded in both) are nearest the round's. That
 checkpoint is evaluated once by `rounds.py --rounds 0` with the rounds run's own evaluation flags (the same
-validation problems, fast greedy and the same deliberate mode and k), cached in <baseline>/rounds_eval/step_N.
+validation problems, fast greedy and the same deliberate mode, k and temperature), cached in
+<baseline>/rounds_eval/<hash of those flags>/step_N.
 """
 
 import argparse
@@ -68,16 +69,23 @@ def evaluate_with(model, out, rounds_config, **override):
     """Row 0 of `rounds.py --rounds 0` on `model`: the rounds run's own evaluation of both modes (flags in
     `override` replaced), cached in `out`."""
     import rounds as R
+    settings = {**{k: rounds_config[k] for k in EVAL_FLAGS}, **override}
     if not (Path(out) / "rounds.jsonl").exists():
-        settings = {**{k: rounds_config[k] for k in EVAL_FLAGS}, **override}
         flags = [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", str(v))]
         R.main(["--model", str(model), *flags, "--rounds", "0", "--test-dataset", "", "--out", str(out)])
+    saved = json.loads((Path(out) / "config.json").read_text())
+    if any(saved[k] != v for k, v in settings.items()):
+        raise ValueError(f"{out}: cached with other evaluation settings; move it away to evaluate again")
     return rows_of(out)[0]
 
 
 def evaluate_checkpoint(run_dir, step, rounds_config):
-    return evaluate_with(Path(run_dir) / "checkpoints" / f"step_{step}", Path(run_dir) / "rounds_eval" / f"step_{step}",
-                         rounds_config)
+    """The baseline's checkpoint evaluated by the rounds run's protocol, cached per protocol (its settings' hash),
+    so rounds runs that evaluate differently (e.g. another temperature) never share an evaluation."""
+    import hashlib
+    key = hashlib.sha1(json.dumps({k: rounds_config[k] for k in EVAL_FLAGS}, sort_keys=True).encode()).hexdigest()[:8]
+    return evaluate_with(Path(run_dir) / "checkpoints" / f"step_{step}",
+                         Path(run_dir) / "rounds_eval" / key / f"step_{step}", rounds_config)
 
 
 def mean_ci(values):

@@ -129,6 +129,20 @@ def test_rows_equal_their_recomputation_from_the_records(small_run):
             assert row[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), k
 
 
+def test_a_finished_run_extended_keeps_its_old_test_evaluation_beside_its_round(tmp_path):
+    # --rounds raised on --resume: the held-out test of the old last round moves to round_0/, not mixed or lost
+    out, few = tmp_path / "run", ["--num-problems", "8", "--test-dataset", "tiny_test", "--test-limit", "3"]
+    R.main(SMALL + few + ["--rounds", "0", "--out", str(out)])
+    old = (out / "test.json").read_text()
+    R.main(SMALL + few + ["--rounds", "1", "--out", str(out), "--resume"])
+    assert (out / "round_0" / "test.json").read_text() == old and json.loads(old)["round"] == 0
+    assert json.loads((out / "test.json").read_text())["round"] == 1
+    for mode in ("fast", "deliberate"):
+        settings = json.loads((out / "test" / mode / "settings.json").read_text())
+        assert Path(settings["model"]).name == "round_1"
+        assert Path(json.loads((out / "round_0" / "test" / mode / "settings.json").read_text())["model"]).name == "round_0"
+
+
 def test_resume_after_an_interrupted_round_gives_identical_weights(small_run, tmp_path, monkeypatch):
     full, _ = small_run
     out = tmp_path / "run"
@@ -258,6 +272,38 @@ def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
     assert [p["id"] for p in seen["pool"]] == [p["id"] for p in ladder[:12]]  # no frontier: the first 12
 
 
+def fake_rounds_main(calls, row_of):
+    """Stands in for rounds.main(--rounds 0): writes the config rounds.py would write and row_of(model) as row 0."""
+    import cli
+
+    def fake_main(argv):
+        calls.append(argv)
+        cfg = cli.parse_config(R.RoundsConfig, argv, "", defaults=R.flag_defaults)
+        Path(cfg.out).mkdir(parents=True)
+        (Path(cfg.out) / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
+        (Path(cfg.out) / "rounds.jsonl").write_text(json.dumps(row_of(cfg.model)) + "\n")
+    return fake_main
+
+
+def test_baseline_evaluations_are_cached_per_protocol(tmp_path, monkeypatch):
+    # two rounds runs evaluated at different temperatures never share the baseline checkpoint's evaluation
+    table, calls = load_rounds_table(), []
+    monkeypatch.setattr(R, "main", fake_rounds_main(calls, lambda model: dict(round=0, model=model)))
+    hot = dataclasses.asdict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4))
+    cool = dict(hot, temperature=0.5)
+    for cfg in (hot, cool, hot):
+        assert table.evaluate_checkpoint(tmp_path, 12, cfg)["model"] == str(tmp_path / "checkpoints" / "step_12")
+    assert [c[c.index("--temperature") + 1] for c in calls] == ["1.0", "0.5"]  # the third call was cached
+    outs = {c[c.index("--out") + 1] for c in calls}
+    assert len(outs) == 2 and all(Path(o).name == "step_12" for o in outs)
+    moved = next(iter(outs))  # a cache that says another protocol is refused, not read
+    cfg = json.loads((Path(moved) / "config.json").read_text())
+    (Path(moved) / "config.json").write_text(json.dumps(dict(cfg, samples=cfg["samples"] + 1)))
+    with pytest.raises(ValueError, match="other evaluation settings"):
+        for cfg in (hot, cool):
+            table.evaluate_checkpoint(tmp_path, 12, cfg)
+
+
 def test_temperature_table_reevaluates_each_round_with_the_new_temperature(tmp_path, monkeypatch):
     table = load_rounds_table()
     cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
@@ -270,12 +316,7 @@ def test_temperature_table_reevaluates_each_round_with_the_new_temperature(tmp_p
     (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(row(r, 0.2 + 0.1 * r)) + "\n" for r in range(2)))
     calls = []
 
-    def fake_main(argv):
-        calls.append(argv)
-        model, temp, out = (argv[argv.index(f) + 1] for f in ("--model", "--temperature", "--out"))
-        Path(out).mkdir(parents=True)
-        (Path(out) / "rounds.jsonl").write_text(json.dumps(row(0, 0.7 if model == "tiny" else 0.9)) + "\n")
-    monkeypatch.setattr(R, "main", fake_main)
+    monkeypatch.setattr(R, "main", fake_rounds_main(calls, lambda model: row(0, 0.7 if model == "tiny" else 0.9)))
     text = table.temperature_table(tmp_path, 0.5)
     assert [c[c.index("--model") + 1] for c in calls] == ["tiny", str(tmp_path / "round_1")]  # pi_0, then pi_1
     assert all(c[c.index("--temperature") + 1] == "0.5" and c[c.index("--rounds") + 1] == "0" for c in calls)
