@@ -2,21 +2,30 @@
 The tiny world's ladder (tiny.py, data/tiny_ladder_*.jsonl): rungs of 2-6 operations graded by the step
 check, and the three questions a method climbing it needs answered, one command each.
 
-    python benchmarks/ladder.py reach --model tiny   # guess rate and step-valid pass@16 / pass@64 per rung
+    python benchmarks/ladder.py reach                # guess rate and step-valid pass@16 / pass@64 per rung
     python benchmarks/ladder.py capacity             # SFT on the ladder's own worked solutions: an upper bound
-    python benchmarks/ladder.py baseline             # Dr. GRPO from the committed checkpoint, 3 seeds, 2 controls
-                                                     # (24 steps; 48; 24 on twice the questions), ~26 min
+    python benchmarks/ladder.py baseline             # Dr. GRPO from the ladder's checkpoint, 3 seeds, 2 controls
+                                                     # (96 steps; 192; 96 on twice the questions)
+    python benchmarks/ladder.py baseline --seeds 1   # one seed (run seeds side by side; finished runs are kept)
+    python benchmarks/ladder.py baseline --no-controls --replay-fraction 0.25 --out runs/ladder/replay
+                                                     # a method at the base arm's budget (train_rl.py flags)
     python benchmarks/ladder.py baseline --quick     # any part with --quick: small shapes, a smoke test
+
+Every part starts from --model, by default `tiny-ladder` (tiny_ladder_model/: the committed checkpoint
+continued with a share of complete 4-6-operation solutions, tiny.py's docstring); `--model tiny` measures the
+committed checkpoint itself.
 
 `reach` samples k completions per problem of tiny_ladder_val at temperature 1 and grades each twice: by the
 answer alone (verify.grade, what a guess can earn) and by the ladder's step check (tiny.check_steps, the
-reward). `baseline` runs train_rl.py in-process with the ladder's defaults (`--model tiny --dataset
-tiny_ladder_train`); its controls train twice as long, or on twice as many distinct questions.
+reward). `baseline` runs train_rl.py in-process with the ladder's defaults (`--dataset tiny_ladder_train`);
+its controls train twice as long, or on twice as many distinct questions. A run whose final/ exists is read,
+not run again, so seeds may run in separate processes and a last call with all of them writes the tables.
 """
 
 import argparse
 import collections
 import contextlib
+import dataclasses
 import io
 import json
 import re
@@ -116,10 +125,10 @@ def print_reach(table, title):
 # Capacity: supervised fine-tuning on the ladder's own worked solutions (never a model's output)
 
 
-def capacity(steps, lr, batch_size, n_test, log=print):
-    """Greedy step-valid accuracy per rung on tiny_ladder_test after SFT of the committed checkpoint on
-    tiny_ladder_train's `solution` field (tiny.pretrain with no bare answers); (per-rung table, seconds)."""
-    net, tokenizer = M.load_model("tiny", device="cpu"), M.load_tokenizer("tiny")
+def capacity(model_path, steps, lr, batch_size, n_test, log=print):
+    """Greedy step-valid accuracy per rung on tiny_ladder_test after SFT of model_path on tiny_ladder_train's
+    `solution` field (tiny.pretrain with no bare answers); (per-rung table, seconds)."""
+    net, tokenizer = M.load_model(model_path, device="cpu"), M.load_tokenizer(model_path)
     cfg = tiny.TinyConfig(steps=steps, batch_size=batch_size, lr=lr, warmup=min(20, steps), bare_2=0.0, bare_3=0.0)
     t0 = time.time()
     tiny.pretrain(net, tokenizer, P.load_problems("tiny_ladder_train"), cfg, log=log)
@@ -133,15 +142,20 @@ def capacity(steps, lr, batch_size, n_test, log=print):
 # The RLVR baseline and its controls
 
 
-def run_baseline(seed, steps, questions, out, eval_every, flags=()):
+def run_baseline(model_path, seed, steps, questions, out, eval_every, flags=()):
     """One Dr. GRPO run with the ladder's defaults on its first `questions` training problems (uniform over the
-    rungs); its per-step metric rows (metrics.jsonl)."""
-    cfg = T.parse_args(["--model", "tiny", "--dataset", "tiny_ladder_train", "--objective", "drgrpo",
+    rungs); its per-step metric rows (metrics.jsonl). A finished run (final/ written) is read, not rerun."""
+    cfg = T.parse_args(["--model", str(model_path), "--dataset", "tiny_ladder_train", "--objective", "drgrpo",
                         "--steps", str(steps), "--num-problems", str(questions), "--eval-every", str(eval_every),
                         "--save-every", "0", "--test-dataset", "", "--seed", str(seed), "--device", "cpu",
                         "--out", str(out), *flags])
-    with contextlib.redirect_stdout(io.StringIO()):  # the per-step lines of every run would drown the table
-        T.train(cfg)
+    if not (Path(out) / "final" / "config.json").is_file():
+        with contextlib.redirect_stdout(io.StringIO()):  # the per-step lines of every run would drown the table
+            T.train(cfg)
+    else:
+        saved, want = json.loads((Path(out) / "config.json").read_text()), json.loads(json.dumps(dataclasses.asdict(cfg)))
+        if any(saved.get(k) != v for k, v in want.items()):
+            raise ValueError(f"{out}: a finished run with other settings; move it away to run this one")
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -158,9 +172,9 @@ def curve(rows, last_step=None):
     return out
 
 
-def start_accuracy(dataset):
-    """{rung: greedy step-valid accuracy} of the committed checkpoint on the validation set: the curves' step 0."""
-    _, summary = E.evaluate(M.load_model("tiny", device="cpu"), M.load_tokenizer("tiny"), P.load_problems(dataset),
+def start_accuracy(model_path, dataset):
+    """{rung: greedy step-valid accuracy} of the starting checkpoint on the validation set: the curves' step 0."""
+    _, summary = E.evaluate(M.load_model(model_path, device="cpu"), M.load_tokenizer(model_path), P.load_problems(dataset),
                             tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
     return {k: v["accuracy"] for k, v in summary["per_group"].items()}
 
@@ -193,15 +207,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("part", choices=("reach", "capacity", "baseline"))
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke test, not a measurement")
-    ap.add_argument("--model", default="tiny", help="reach: the checkpoint to sample")
+    ap.add_argument("--model", default="tiny-ladder", help="the starting checkpoint (reach: the one to sample)")
     ap.add_argument("--per-rung", type=int, default=50, help="reach: tiny_ladder_val problems per rung")
     ap.add_argument("-k", type=int, default=64, help="reach: samples per problem")
     ap.add_argument("--sft-steps", type=int, default=400, help="capacity: SFT steps")
     ap.add_argument("--sft-lr", type=float, default=1e-3, help="capacity: peak learning rate")
     ap.add_argument("--seeds", default="0,1,2", help="baseline: seeds")
-    ap.add_argument("--steps", type=int, default=24, help="baseline: steps of the base run (the long control: 2x)")
-    ap.add_argument("--questions", type=int, default=192, help="baseline: distinct questions (that control: 2x)")
-    ap.add_argument("--eval-every", type=int, default=12, help="baseline: steps between validations")
+    ap.add_argument("--steps", type=int, default=96, help="baseline: steps of the base run (the long control: 2x)")
+    ap.add_argument("--questions", type=int, default=384, help="baseline: distinct questions (that control: 2x)")
+    ap.add_argument("--eval-every", type=int, default=24, help="baseline: steps between validations")
+    ap.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
+                    help="baseline: also the two controls (2x steps, 2x questions); --no-controls runs the base arm "
+                         "alone, e.g. a method given by train_rl.py flags after the benchmark's")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/ladder", help="run directories and the JSON of the results")
     args, flags = ap.parse_known_args()  # the rest go to every train_rl.py run
@@ -218,8 +235,9 @@ def main():
         (out / f"reach-{name}-k{k}" / "rungs.json").write_text(json.dumps(table, indent=1) + "\n")
     elif args.part == "capacity":
         steps, n_test = (10, 50) if args.quick else (args.sft_steps, None)
-        table, seconds = capacity(steps, args.sft_lr, 64, n_test, log=lambda s: None if args.quick else print(s))
-        print(f"\nSFT of the committed checkpoint on tiny_ladder_train's worked solutions, {steps} steps x 64, lr "
+        table, seconds = capacity(args.model, steps, args.sft_lr, 64, n_test,
+                                  log=lambda s: None if args.quick else print(s))
+        print(f"\nSFT of {args.model} on tiny_ladder_train's worked solutions, {steps} steps x 64, lr "
               f"{args.sft_lr} ({seconds:.0f} s); greedy step-valid accuracy on tiny_ladder_test (an upper bound):\n")
         print("| rung | " + " | ".join(table) + " |\n| --- | " + " | ".join("---:" for _ in table) + " |")
         print("| accuracy | " + " | ".join(f"{v:.2f}" for v in table.values()) + " |")
@@ -231,18 +249,25 @@ def main():
             B.write_jsonl(out / "quick_val.jsonl", P.load_problems("tiny_ladder_val", 10))
             flags += ["--problems-per-step", "4", "--group-size", "4", "--val-dataset", str(out / "quick_val.jsonl")]
         val = flags[flags.index("--val-dataset") + 1] if "--val-dataset" in flags else "tiny_ladder_val"
-        results = [dict(name="start", seed="-", questions=0, curve=[(0, 0, 0.0, 0.0, start_accuracy(val))])]
+        results = [dict(name="start", seed="-", questions=0, curve=[(0, 0, 0.0, 0.0, start_accuracy(args.model, val))])]
         for seed in seeds:  # the base run is the 2x-steps run's first half: data order, sampling seeds and the
             # constant learning rate are functions of the step, so its first `steps` steps are the shorter run
-            long = run_baseline(seed, 2 * steps, questions, out / f"baseline-2xsteps-s{seed}", every, flags)
-            wide = run_baseline(seed, steps, 2 * questions, out / f"baseline-2xquestions-s{seed}", every, flags)
-            for name, rows, last, n_questions in (("base", long, steps, questions), ("2x steps", long, None, questions),
-                                                  ("2x questions", wide, None, 2 * questions)):
+            if args.controls:
+                long = run_baseline(args.model, seed, 2 * steps, questions, out / f"baseline-2xsteps-s{seed}", every,
+                                    flags)
+                wide = run_baseline(args.model, seed, steps, 2 * questions, out / f"baseline-2xquestions-s{seed}",
+                                    every, flags)
+                arms = (("base", long, steps, questions), ("2x steps", long, None, questions),
+                        ("2x questions", wide, None, 2 * questions))
+            else:  # a method's arm (its flags after the benchmark's): the base run alone
+                arms = (("base", run_baseline(args.model, seed, steps, questions, out / f"base-s{seed}", every, flags),
+                         None, questions),)
+            for name, rows, last, n_questions in arms:
                 results.append(dict(name=name, seed=seed, questions=n_questions, curve=curve(rows, last),
                                     reward=[r["reward_mean"] for r in rows if "reward_mean" in r][:last]))
                 print(f"{name} seed {seed}: {results[-1]['curve'][-1] if results[-1]['curve'] else '-'}", flush=True)
         print_baseline(results, tiny.LADDER_LEVELS)
-        (out / "baseline.json").write_text(json.dumps(results) + "\n")
+        (out / f"baseline-s{'-'.join(map(str, seeds))}.json").write_text(json.dumps(results) + "\n")
 
 
 if __name__ == "__main__":
