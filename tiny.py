@@ -17,8 +17,8 @@ The ladder (data/tiny_ladder_{train,val,test}.jsonl, `--dataset tiny_ladder_trai
 rungs of 2-6 operations (LADDER_LEVELS; level = operations), from its own random stream, the rungs taking
 turns row by row, texts disjoint from each other and from the three splits above. tiny_model/'s pretraining
 shows only 2-3 operations, and from it no rung above 3 is ever reached; the ladder starts from tiny-ladder,
-which has seen a few thousand longer solutions (--init, below). Guess-proofing: the ladder's grader is check_steps, which
-pays only for the problem's own chain (computed from the problem text, parsed, never evaluated) followed by
+which has seen a few thousand longer solutions (--init, below). Guess-proofing: the ladder's grader is
+check_steps, which pays only for the problem's own chain (computed from the problem text, parsed, never evaluated) followed by
 its box, and it is the ladder's reward and validation rule (--grader steps). Chosen over a wider answer
 range because that would also change every step's arithmetic (pretraining on values up to 999 failed, see
 below), while answers in 0..99 under verify.grade alone pay a guess about 1 time in 100 per sample, and at
@@ -50,9 +50,9 @@ example shows (docs/ladder.md, "Seeded rungs"). The default, 0, draws nothing mo
 --init CKPT continues a checkpoint (its weights and tokenizer) instead of building one: a mid-training. The
 ladder's start, tiny_ladder_model/ (`--model tiny-ladder`), is tiny_model/ continued for 300 steps at lr 3e-4
 on its own mix with 4 / 20 / 25% of each batch complete 4 / 5 / 6-operation solutions (768 / 3,840 / 4,800
-shown): 4.6 minutes here, byte-identical twice. That dose leaves each seeded rung rarer than the one below it
-(step-valid per sample 0.05 / 0.014 / 0.001 at rungs 4 / 5 / 6), so the ladder measures how far a method
-takes a skill it finds rarely; tiny_model/ and every number of the main command stay as they were.
+shown): 4.6 minutes here, byte-identical in three builds. That dose leaves each seeded rung rarer than the one
+below it (step-valid per sample 0.056 / 0.013 / 0.0006 at rungs 4 / 5 / 6), so the ladder measures how far a
+method takes a skill it finds rarely; tiny_model/ and every number of the main command stay as they were.
 """
 
 import hashlib
