@@ -18,13 +18,13 @@ rungs of 2-6 operations (LADDER_LEVELS; level = operations), from its own random
 turns row by row, texts disjoint from each other and from the three splits above. tiny_model/'s pretraining
 shows only 2-3 operations, and from it no rung above 3 is ever reached; the ladder starts from tiny-ladder,
 which has seen a few thousand longer solutions (--init, below). Guess-proofing: the ladder's grader is
-check_steps, which pays only for the problem's own chain (computed from the problem text, parsed, never evaluated) followed by
-its box, and it is the ladder's reward and validation rule (--grader steps). Chosen over a wider answer
-range because that would also change every step's arithmetic (pretraining on values up to 999 failed, see
-below), while answers in 0..99 under verify.grade alone pay a guess about 1 time in 100 per sample, and at
-rungs 4-6 every right answer of the committed checkpoint is such a guess (benchmarks/ladder.py reach).
-Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed checkpoint's
-exploration never finds a step-valid chain above rung 3 (docs/ladder.md says why).
+check_steps, which pays only for the problem's own chain (computed from the problem text, parsed, never
+evaluated) followed by its box, and it is the ladder's reward and validation rule (--grader steps). Chosen
+over a wider answer range because that would also change every step's arithmetic (pretraining on values up to
+999 failed, see below), while answers in 0..99 under verify.grade alone pay a guess about 1 time in 100 per
+sample, and at rungs 4-6 every right answer of the committed checkpoint is such a guess (benchmarks/ladder.py
+reach). Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed
+checkpoint's exploration never finds a step-valid chain above rung 3 (docs/ladder.md says why).
 
 Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
 bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
@@ -488,9 +488,13 @@ def main(argv=None):
         return
 
     with tempfile.TemporaryDirectory() as tmp:
+        init_sha256 = None
         if cfg.init:  # a continuation: the checkpoint's weights and tokenizer, this run's mix and schedule
             model = qwen.load_model(cfg.init, dtype=torch.float32, device="cpu")
             tokenizer = qwen.load_tokenizer(cfg.init)
+            # hashed as read, before --out (which may be the same directory) is written
+            weights = qwen.resolve_model_dir(cfg.init) / "model.safetensors"
+            init_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
         else:
             texts = [format_prompt("")] + [r["problem"] + r["solution"] for rows in splits.values() for r in rows]
             tokenizer = build_tokenizer(texts, Path(tmp) / "tokenizer.json")
@@ -505,8 +509,8 @@ def main(argv=None):
         qwen.save_model(model, out, tokenizer)
     metrics = evaluate(model, tokenizer, splits["test"])
     record = dict(config=asdict(cfg), test=metrics, torch=torch.__version__)  # the weights depend on torch too
-    if cfg.init:  # which weights were continued: a changed tiny_model/ means another continuation
-        record["init_sha256"] = hashlib.sha256((qwen.resolve_model_dir(cfg.init) / "model.safetensors").read_bytes()).hexdigest()
+    if init_sha256:  # which weights were continued: a changed tiny_model/ means another continuation
+        record["init_sha256"] = init_sha256
     if long_shares(cfg):  # the seeded rungs: greedy step-valid accuracy per rung on the ladder's validation split
         record["ladder_val"] = evaluate_ladder(model, tokenizer, ladder["ladder_val"])
     (out / "pretrain.json").write_text(json.dumps(record, indent=2) + "\n")
