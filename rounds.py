@@ -12,7 +12,8 @@ Round r starts from the policy pi_r (pi_0 = --model) and does, each step one pla
    so the records, seeds and resume are the evaluation protocol's. Adaptive k (--adaptive-samples K): the
    problems where the first k found no verified trace get K more samples (their training answer is allowed
    here; nothing at evaluation sees one). --frontier T (the ladder): the round's pool is the rungs the fast
-   policy solves at >= T on validation (the previous row) and the next one, a new rung at a time.
+   policy solves at >= T on validation (the previous row) and the next one, a new rung at a time. --fresh:
+   round r deliberates on the r-th block of --num-problems pool problems, never on a problem seen before.
 2. Select the traces the grader accepts against the *training* answer (verify.grade, or tiny.check_steps with
    --grader steps, which pays no lucky guess): at most --max-traces c per problem, rule --selection all (the
    first c accepted), distinct (the first c distinct texts) or shortest (the c shortest distinct texts);
@@ -90,6 +91,8 @@ class RoundsConfig:
                                       "calls of the policy on sub-problems of at most --chunk-ops operations")
     chunk_ops: int = arg(3, "decompose: operations per sub-problem (the rungs the fast policy already solves)")
     adaptive_samples: int = arg(0, "adaptive k: this many more samples for problems with no verified trace yet (0: off)")
+    fresh: bool = arg(False, "round r deliberates on the r-th block of --num-problems pool problems, not the same "
+                             "first N every round")
     frontier: float = arg(0.0, "one new rung at a time (the ladder): each round uses the first --num-problems pool "
                                "problems of level <= 1 + the last rung the fast policy solves at >= this (0: off)")
     # selection
@@ -151,6 +154,9 @@ def check_config(cfg):
     if cfg.frontier and not (0 < cfg.frontier <= 1 and cfg.eval_group_by == "level" and cfg.val_dataset):
         raise ValueError(f"--frontier {cfg.frontier} reads the fast accuracy per level: it needs a value in (0, 1], "
                          f"--eval-group-by level and a --val-dataset, got {cfg.eval_group_by!r}, {cfg.val_dataset!r}")
+    if cfg.fresh and (not cfg.num_problems or cfg.frontier):
+        raise ValueError(f"--fresh takes the round's block of --num-problems problems: it needs --num-problems > 0 "
+                         f"and no --frontier, got --num-problems {cfg.num_problems} --frontier {cfg.frontier}")
     if cfg.distil_from not in DISTIL_FROM:
         raise ValueError(f"--distil-from must be one of {', '.join(DISTIL_FROM)}, got {cfg.distil_from!r}")
     if cfg.grader not in tiny.GRADERS:
@@ -169,7 +175,10 @@ def check_config(cfg):
 
 def load_pools(cfg):
     """(train, val, test) with train_rl's rules (MATH-500 refused in train and val); --val-limit applied."""
-    train, val, test = T.load_pools(dataclasses.replace(cfg, num_problems=0) if cfg.frontier else cfg)
+    train, val, test = T.load_pools(dataclasses.replace(cfg, num_problems=0) if cfg.frontier or cfg.fresh else cfg)
+    if cfg.fresh and len(train) < cfg.rounds * cfg.num_problems:
+        raise ValueError(f"--fresh: {cfg.rounds} rounds of --num-problems {cfg.num_problems} need "
+                         f"{cfg.rounds * cfg.num_problems} training problems; {cfg.dataset} has {len(train)}")
     val = val[:cfg.val_limit] if cfg.val_limit else val
     test = test[:cfg.test_limit] if cfg.test_limit else test
     if not train or not val:
@@ -308,6 +317,12 @@ def merge_samples(first, extra):
 # 2. Select verified traces
 
 
+def fresh_problems(pool, r, n):
+    """--fresh: round r's own block of n problems (round 1 the first n), so a round's traces are never on a
+    problem an earlier round distilled: more questions, not the same ones again (the brief's control)."""
+    return pool[(r - 1) * n:r * n]
+
+
 def frontier_problems(pool, fast_by_level, threshold, n):
     """--frontier (one new rung at a time, as a curriculum climbs): the levels the fast policy solves, from the
     lowest up while its validation accuracy is >= threshold, and the next one; returns (the first n pool problems
@@ -407,11 +422,11 @@ def training_flops(config, traces, epochs):
 
 def rl_phase(cfg, round_dir, r, pool):
     """Dr. GRPO for --rl-steps from round_dir (its run in round_dir/rl) on the round's own pool (with --frontier:
-    the rungs it deliberated on, written to round_dir/rl_pool.jsonl); returns the run's final checkpoint and its
+    the rungs it deliberated on; with --fresh: the round's block; written to round_dir/rl_pool.jsonl); returns the run's final checkpoint and its
     compute (the run's last logged totals)."""
     run = round_dir / "rl"
     dataset, n = cfg.dataset, cfg.num_problems
-    if cfg.frontier:
+    if cfg.frontier or cfg.fresh:
         dataset, n = str(round_dir / "rl_pool.jsonl"), 0
         round_dir.mkdir(parents=True, exist_ok=True)
         write_jsonl(dataset, pool)
@@ -545,6 +560,8 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
     top = None
     if cfg.frontier:  # the previous row's fast accuracy per rung picks this round's rungs
         train_set, top = frontier_problems(train_set, rows[-1]["fast_by_group"], cfg.frontier, cfg.num_problems)
+    if cfg.fresh:
+        train_set = fresh_problems(train_set, r, cfg.num_problems)
     records, passes = deliberate(sampler, tokenizer, train_set, cfg, round_dir, r)
     traces = traces_for_round(records, cfg, r, tokenizer)
     write_jsonl(out / f"traces_{r}.jsonl", traces)

@@ -4,6 +4,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python benchmarks/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
+    python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, seeds pooled
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -11,6 +12,10 @@ the rounds count deliberation + distillation; evaluation excluded in both) are n
 checkpoint is evaluated once by `rounds.py --rounds 0` with the rounds run's own evaluation flags (the same
 validation problems, fast greedy and the same deliberate mode, k and temperature), cached in
 <baseline>/rounds_eval/<hash of those flags>/step_N.
+
+With --paired, each round's rise over the round before, in both modes, from the saved evaluation records
+(round_N/eval/{fast,deliberate}/records.jsonl): the mean over seeds and validation problems of the change in
+correctness, and its 95% percentile bootstrap interval over problems, a problem's seeds resampled together.
 """
 
 import argparse
@@ -124,6 +129,43 @@ def baseline_table(rounds_dirs, baseline_dirs):
 
 
 # -----------------------------------------------------------------------------
+# Round-to-round rises, paired over the same problems
+
+
+def correct_by_id(run_dir, r, mode):
+    import evaluate as E
+    return {x["id"]: bool(x["correct"]) for x in E.read_records(Path(run_dir) / f"round_{r}" / "eval" / mode /
+                                                                  "records.jsonl")[0]}
+
+
+def paired_rise(before, after, n_boot=10_000, seed=0):
+    """(mean of after - before, 95% interval): `before` and `after` are one {problem id: correct} per seed; the
+    bootstrap resamples problems (Efron & Tibshirani 1993), each with all its seeds, as the seeds share them."""
+    import numpy as np
+    ids = sorted(before[0])
+    if any(sorted(x) != ids for x in before + after):
+        raise ValueError("--paired: the rounds were evaluated on different problems; pair runs of one --val-limit")
+    d = np.array([[int(a[i]) - int(b[i]) for i in ids] for b, a in zip(before, after)]).mean(0)  # per problem
+    means = d[np.random.default_rng(seed).integers(0, len(d), (n_boot, len(d)))].mean(1)
+    return float(d.mean()), (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
+
+
+def paired_table(run_dirs):
+    n_rounds = min(len(rows_of(d)) for d in run_dirs)
+    head = ["step", "fast: rise [95% bootstrap]", "deliberate: rise [95% bootstrap]"]
+    lines = [f"{len(run_dirs)} seeds x {len(correct_by_id(run_dirs[0], 0, 'fast'))} problems",
+             "| " + " | ".join(head) + " |", "| --- | --- | --- |"]
+    for r in range(1, n_rounds):
+        cells = [f"round {r - 1} -> {r}"]
+        for mode in ("fast", "deliberate"):
+            rise, (lo, hi) = paired_rise([correct_by_id(d, r - 1, mode) for d in run_dirs],
+                                         [correct_by_id(d, r, mode) for d in run_dirs])
+            cells.append(f"{rise:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (" *" if lo > 0 else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["* the interval is above 0"])
+
+
+# -----------------------------------------------------------------------------
 # The deliberate mode at another temperature, every round's policy re-evaluated
 
 
@@ -156,10 +198,13 @@ if __name__ == "__main__":
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
     ap.add_argument("--temperature", type=float, default=None,
                     help="re-evaluate every round's policy with the deliberate mode at this temperature")
+    ap.add_argument("--paired", action="store_true", help="round-to-round rises in both modes, seeds pooled")
     args = ap.parse_args()
     if args.baseline and len(args.baseline) != len(args.runs):
         ap.error(f"--baseline: {len(args.baseline)} runs for {len(args.runs)} rounds runs (one per seed)")
-    if args.temperature is not None:
+    if args.paired:
+        print(paired_table(args.runs))
+    elif args.temperature is not None:
         print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
     else:
         print(baseline_table(args.runs, args.baseline) if args.baseline else "\n\n".join(table(d) for d in args.runs))

@@ -80,6 +80,26 @@ def test_frontier_keeps_the_solved_rungs_and_the_next_by_hand():
     assert R.frontier_problems(pool, {"2": 0.2, "3": 0.9}, 0.5, 0)[1] == 2  # none solved: the lowest rung only
 
 
+def test_fresh_takes_the_rounds_own_block_by_hand():
+    pool = [dict(id=str(i)) for i in range(10)]
+    assert [[p["id"] for p in R.fresh_problems(pool, r, 3)] for r in (1, 2, 3)] == [["0", "1", "2"], ["3", "4", "5"],
+                                                                                 ["6", "7", "8"]]
+
+
+def test_fresh_rounds_deliberate_on_new_problems(tmp_path):
+    """--fresh: round 1 deliberates on the pool's first N problems, round 2 on the next N, none seen twice."""
+    out = tmp_path / "run"
+    R.main(SMALL + ["--num-problems", "5", "--rounds", "2", "--fresh", "--val-limit", "4", "--out", str(out)])
+    pool = [p["id"] for p in P.load_problems("tiny_train")]
+    ids = lambda path: [json.loads(x)["id"] for x in path.read_text().splitlines() if x.strip()]
+    assert ids(out / "round_1" / "deliberate" / "records.jsonl") == pool[:5]
+    assert ids(out / "round_2" / "deliberate" / "records.jsonl") == pool[5:10]
+    assert set(ids(out / "traces_2.jsonl")) <= set(pool[5:10])
+    with pytest.raises(ValueError, match="--fresh: 3 rounds of --num-problems 8000 need 24000"):
+        R.main(SMALL + ["--num-problems", "8000", "--rounds", "3", "--fresh", "--out", str(tmp_path / "y")])
+    assert not (tmp_path / "y").exists()
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("rounds") / "run"
@@ -187,6 +207,7 @@ def test_zero_rounds_evaluates_the_model_only(small_run, tmp_path):
     (["--samples", "1", "--eval-samples", "0"], "--eval-samples"), (["--max-traces", "0"], "--max-traces"),
     (["--grader", "judge"], "--grader"), (["--adaptive-samples", "-1"], "--adaptive-samples"),
     (["--frontier", "2"], "--frontier"), (["--rounds", "-1"], "--rounds"),
+    (["--fresh", "--num-problems", "0"], "--fresh"),
 ])
 def test_bad_flags_name_the_flag(flags, message, tmp_path):
     with pytest.raises(ValueError, match=message):
@@ -238,6 +259,28 @@ def load_rounds_table():  # benchmarks/ is not a package: load benchmarks/rounds
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
     return table
+
+
+def test_paired_table_reads_the_runs_records(small_run):
+    out, rows = small_run
+    line = load_rounds_table().paired_table([out, out]).splitlines()[3]  # one run twice: two equal "seeds"
+    for mode, cell in zip(("fast", "deliberate"), line.split("|")[2:4]):
+        assert float(cell.split()[0]) == pytest.approx(rows[1][f"{mode}_accuracy"] - rows[0][f"{mode}_accuracy"],
+                                                       abs=5e-4)
+
+
+def test_paired_rise_by_hand():
+    table = load_rounds_table()
+    before = [dict(a=0, b=1, c=0, d=0), dict(a=0, b=0, c=1, d=0)]  # two seeds x four problems
+    after = [dict(a=1, b=1, c=1, d=0), dict(a=1, b=0, c=1, d=1)]
+    rise, ci = table.paired_rise(before, after)  # per problem, the mean over seeds: 1, 0, 0.5, 0.5
+    assert rise == 0.5
+    # All 4^4 resamples: P(mean <= 0) = 1/256, P(mean <= 0.125) = 1/256 + 4 (1/4)^3 (1/2) = 0.035, so the 2.5th
+    # percentile is 0.125; by symmetry the 97.5th is 0.875.
+    assert ci == (0.125, 0.875)
+    assert table.paired_rise([dict(a=0, b=0)], [dict(a=1, b=1)]) == (1.0, (1.0, 1.0))
+    with pytest.raises(ValueError, match="different problems"):
+        table.paired_rise([dict(a=0, b=0)], [dict(a=1, c=1)])
 
 
 def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
