@@ -2,8 +2,8 @@
 System 2 -> System 1 rounds: verified deliberation trains the fast policy, and the fast policy then deliberates.
 
     python rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder      # the ladder, CPU
-    python rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 \
-        --num-problems 500 --epochs 2 --rounds 5 --out runs/rounds/seeded                # from the ladder's own start
+    python rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 --adaptive-samples 24 \
+        --num-problems 500 --epochs 2 --rounds 5 --fresh --schedule cosine --out runs/rounds/seeded
     python rounds.py --model Qwen/Qwen3-0.6B-Base --dataset math_train --out runs/rounds/qwen  # a GPU
 
 Round r starts from the policy pi_r (pi_0 = --model) and does, each step one plain function call:
