@@ -422,8 +422,8 @@ def training_flops(config, traces, epochs):
 
 def rl_phase(cfg, round_dir, r, pool):
     """Dr. GRPO for --rl-steps from round_dir (its run in round_dir/rl) on the round's own pool (with --frontier:
-    the rungs it deliberated on; with --fresh: the round's block; written to round_dir/rl_pool.jsonl); returns the run's final checkpoint and its
-    compute (the run's last logged totals)."""
+    the rungs it deliberated on; with --fresh: the round's block; written to round_dir/rl_pool.jsonl); returns
+    the run's final checkpoint and its compute (the run's last logged totals)."""
     run = round_dir / "rl"
     dataset, n = cfg.dataset, cfg.num_problems
     if cfg.frontier or cfg.fresh:

@@ -4,7 +4,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python benchmarks/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
-    python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, seeds pooled
+    python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -198,7 +198,7 @@ if __name__ == "__main__":
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
     ap.add_argument("--temperature", type=float, default=None,
                     help="re-evaluate every round's policy with the deliberate mode at this temperature")
-    ap.add_argument("--paired", action="store_true", help="round-to-round rises in both modes, seeds pooled")
+    ap.add_argument("--paired", action="store_true", help="round-to-round rises in both modes, paired over the same problems and seeds")
     args = ap.parse_args()
     if args.baseline and len(args.baseline) != len(args.runs):
         ap.error(f"--baseline: {len(args.baseline)} runs for {len(args.runs)} rounds runs (one per seed)")
