@@ -152,14 +152,15 @@ def paired_rise(before, after, n_boot=10_000, seed=0):
 
 def paired_table(run_dirs):
     n_rounds = min(len(rows_of(d)) for d in run_dirs)
+    correct = {(mode, r): [correct_by_id(d, r, mode) for d in run_dirs]  # each round's records read once
+               for mode in ("fast", "deliberate") for r in range(n_rounds)}
     head = ["step", "fast: rise [95% bootstrap]", "deliberate: rise [95% bootstrap]"]
-    lines = [f"{len(run_dirs)} seeds x {len(correct_by_id(run_dirs[0], 0, 'fast'))} problems",
+    lines = [f"{len(run_dirs)} seeds x {len(correct['fast', 0][0])} problems",
              "| " + " | ".join(head) + " |", "| --- | --- | --- |"]
     for r in range(1, n_rounds):
         cells = [f"round {r - 1} -> {r}"]
         for mode in ("fast", "deliberate"):
-            rise, (lo, hi) = paired_rise([correct_by_id(d, r - 1, mode) for d in run_dirs],
-                                         [correct_by_id(d, r, mode) for d in run_dirs])
+            rise, (lo, hi) = paired_rise(correct[mode, r - 1], correct[mode, r])
             cells.append(f"{rise:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (" *" if lo > 0 else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["* the interval is above 0"])
@@ -198,7 +199,8 @@ if __name__ == "__main__":
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
     ap.add_argument("--temperature", type=float, default=None,
                     help="re-evaluate every round's policy with the deliberate mode at this temperature")
-    ap.add_argument("--paired", action="store_true", help="round-to-round rises in both modes, paired over the same problems and seeds")
+    ap.add_argument("--paired", action="store_true",
+                    help="round-to-round rises in both modes, paired over the same problems and seeds")
     args = ap.parse_args()
     if args.baseline and len(args.baseline) != len(args.runs):
         ap.error(f"--baseline: {len(args.baseline)} runs for {len(args.runs)} rounds runs (one per seed)")
