@@ -372,13 +372,19 @@ def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
     return RotaryFunction.apply(x, cos, sin)
 
 
+# Where the CPU has AMX tiles, oneDNN's bf16 GEMM runs on them and is slow for one row: there torch.mv reads
+# bf16 weights 1.45x faster (17.7 vs 12.2 GB/s, 2 threads); on an AMD EPYC without AMX the GEMM is the faster
+# one (23.2 vs 15.6 GB/s). Both from benchmarks/bench_sample.py --kernels.
+BF16_ROW_MV = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+
+
 class Linear(nn.Linear):
-    """nn.Linear (same parameters, same checkpoint keys) that sends a single row on the CPU to torch.mv:
-    batch-1 decoding is one row per step, and there the matrix-vector kernel reads bf16 weights ~1.45x
-    faster than the GEMM path (17.7 vs 12.2 GB/s on 2 threads, benchmarks/bench_sample.py --kernels)."""
+    """nn.Linear (same parameters, same checkpoint keys) that sends a single row on the CPU to torch.mv (bf16
+    only where BF16_ROW_MV says it is faster): batch-1 decoding is one row per step."""
 
     def forward(self, x):
-        if x.device.type == "cpu" and x.numel() == x.shape[-1] and not torch.is_autocast_enabled("cpu"):
+        one_row = x.device.type == "cpu" and x.numel() == x.shape[-1] and not torch.is_autocast_enabled("cpu")
+        if one_row and (BF16_ROW_MV or x.dtype != torch.bfloat16):
             y = torch.mv(self.weight, x.reshape(-1))
             return (y if self.bias is None else y + self.bias).view(*x.shape[:-1], -1)
         return F.linear(x, self.weight, self.bias)

@@ -13,9 +13,9 @@ How a call runs:
    before top-k/top-p), which training needs for importance ratios.
 
 Randomness is counter-based: the draw of sample j of prompt i at position t is a pure function of (the
-prompt's seed, j, t) through a hash and the Gumbel-max trick, never of a generator's state. So a prompt's
-samples do not depend on which other prompts share its batch, on chunking, on compaction or, in training
-over several processes, on which rank drew it.
+prompt's seed, j, t): a hash gives one uniform, and inverse-CDF sampling turns it into a token, never a
+generator's state. So a prompt's samples do not depend on which other prompts share its batch, on chunking,
+on compaction or, in training over several processes, on which rank drew it.
 """
 
 import sys
@@ -57,7 +57,7 @@ MASK32 = 0xFFFFFFFF
 def hash32(x):
     """A 32-bit integer mixing function (two multiply-xorshift rounds) on int64 tensors: every input bit
     affects every output bit, so consecutive counters give unrelated values. Products stay below 2^59.
-    In place on the fresh x >> 16 (never on the input): a (rows, vocab) call runs 2.5x faster."""
+    In place on the fresh x >> 16, never on the input."""
     x = (x >> 16).bitwise_xor_(x).mul_(0x45D9F3B).bitwise_and_(MASK32)
     x = (x >> 16).bitwise_xor_(x).mul_(0x45D9F3B).bitwise_and_(MASK32)
     return (x >> 16).bitwise_xor_(x)
@@ -69,57 +69,87 @@ def row_keys(prompt_seeds, n):
     return hash32((hash32(prompt_seeds.repeat_interleave(n) & MASK32) + j * 0x9E3779B9) & MASK32)
 
 
-def gumbel_noise(keys, step, tokens):
-    """Standard Gumbel noise as a pure function of (row key, step, token id) for the token ids `tokens`: (vocab,)
-    for every token, or (B, k), one candidate set per row (the same values as those tokens' in the full draw).
-    `step` is an int or each row's own token index (B,)."""
-    step_key = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32)  # (B,)
-    token = tokens * 0xC2B2AE35
-    bits = hash32((step_key[:, None] + (token[None, :] if token.dim() == 1 else token)).bitwise_and_(MASK32))
-    u = bits.double().add_(0.5).div_(2.0**32)  # uniform in (0, 1)
-    return u.log_().neg_().log_().neg_()  # -log(-log(u)), in place: this can be a (rows, vocab) tensor per step
+def uniform(keys, step, draw=0):
+    """(B,) uniforms in (0, 1), a pure function of (row key, the row's token index `step`, draw number): 52
+    random bits from two hashes (32 would round away every token below 2e-10). `step` is an int or (B,)."""
+    base = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32) + draw * 0xC2B2AE35
+    hi, lo = hash32(base & MASK32), hash32((base + 0x27D4EB2F) & MASK32)
+    return ((hi >> 12) << 32 | lo).double().add_(0.5).div_(2.0**52)  # exact: integers below 2^52
+
+
+def inverse_cdf(weights, u):
+    """Inverse-CDF sampling: for each row of weights (B, n) >= 0, the first index whose cumulative weight
+    exceeds u * total, i.e. index i with probability weights[i] / total. Summed in float64, so a token of
+    weight 1e-12 next to a total near 1 is not rounded away."""
+    cdf = weights.cumsum(-1, dtype=torch.float64)
+    at = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+    return at.clamp_(max=weights.shape[-1] - 1)  # u * total rounded up to the total: probability 2^-52
 
 
 def kept_tokens(logits, top_k, top_p):
     """(values, ids), each (B, k), of the tokens top-k and then top-p keep, largest first, -inf past a row's own
-    set. Nucleus sampling (Holtzman et al. 2020) keeps the smallest set with mass >= top_p; with top-k its k
-    tokens are the candidates, and without it, instead of sorting the vocabulary, the candidate set (topk) is
-    widened 8x at a time until it holds every row's nucleus, past an eighth of the vocabulary the whole of it."""
+    set. Nucleus sampling (Holtzman et al. 2020) keeps the smallest set with mass >= top_p, and here every
+    token tied with its last member too (bf16 logits tie often; a sort's order among ties is arbitrary). With
+    top-k its k tokens are the candidates, and without it the candidate set (topk) is widened 8x at a time until
+    it holds every row's nucleus, past an eighth of the vocabulary the whole of it."""
     vocab = logits.shape[-1]
     cap = top_k if 0 < top_k < vocab else vocab
     if top_p >= 1.0:
         return torch.topk(logits, cap, dim=-1)
-    if cap < vocab:  # the mass is the softmax over what top-k keeps, so all of that set is needed anyway
-        values, ids = torch.topk(logits, cap, dim=-1)
-        probs = (values - values.logsumexp(-1, keepdim=True)).exp()
-        mass = probs.cumsum(-1)
-    else:
-        norm, k = logits.logsumexp(-1, keepdim=True), min(cap, 64)
-        while True:
-            values, ids = torch.topk(logits, k, dim=-1)
-            probs = (values - norm).exp()
-            mass = probs.cumsum(-1)
-            if k == cap or bool((mass[:, -1] >= top_p).all()):
-                break
-            k = 8 * k if 8 * k <= cap // 8 else cap
-    drop = mass - probs >= top_p  # the mass before this token already reaches top_p
-    return values.masked_fill(drop, float("-inf")), ids
+    norm = logits.logsumexp(-1, keepdim=True) if cap == vocab else None
+    k = cap if norm is None else min(cap, 64)
+    while True:
+        values, ids = torch.topk(logits, k, dim=-1)
+        # the mass is the softmax over the candidates with top-k, over the vocabulary without
+        probs = (values - (values.logsumexp(-1, keepdim=True) if norm is None else norm)).exp()
+        last = values.masked_fill(probs.cumsum(-1) - probs >= top_p, float("inf")).amin(-1, keepdim=True)
+        if k == cap or bool((values[:, -1:] < last).all()):  # every row's nucleus and its ties are inside
+            return values.masked_fill(values < last, float("-inf")), ids
+        k = 8 * k if 8 * k <= cap // 8 else cap
+
+
+def draw_kept(values, ids, u):
+    """The token of ids (B, k) that inverse-CDF sampling picks from the softmax of values (B, k), largest first."""
+    pick = inverse_cdf((values - values[:, :1]).exp_(), u)
+    return ids.gather(-1, pick[:, None]).squeeze(-1)
+
+
+def outside_nucleus(weights, token, top_p):
+    """Which rows' drawn token lies outside the nucleus: the tokens more probable than it already hold top_p
+    of the mass. One pass over the vocabulary, no sort."""
+    above = torch.where(weights > weights.gather(-1, token[:, None]), weights, 0.0).sum(-1)
+    return above >= top_p * weights.sum(-1)
+
+
+NUCLEUS_DRAWS = 8  # rejection draws before a row takes the exact sorted nucleus (each accepts with p >= top_p)
 
 
 def sample_next(logits, temperature, top_p, top_k, keys, step):
-    """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else top-k/top-p sampling by the
-    Gumbel-max trick (argmax of logits + Gumbel noise is a draw from their softmax) with the rows' keys. With
-    top-k or top-p only the kept tokens get noise: the draw is the one the whole vocabulary would give."""
+    """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else inverse-CDF sampling with one
+    counter-based uniform per row. Top-k draws within the k largest. Top-p draws from the whole softmax and
+    redraws a row whose token falls outside the nucleus (rejection sampling: an accepted draw follows the
+    softmax restricted to the nucleus exactly, and a draw is accepted with probability >= top_p); a row still
+    outside after NUCLEUS_DRAWS draws samples the sorted nucleus directly, which keeps the distribution exact."""
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits / temperature
-    vocab = logits.shape[-1]
-    if not 0 < top_k < vocab and top_p >= 1.0:
-        every = torch.arange(vocab, device=logits.device, dtype=torch.int64)
-        return gumbel_noise(keys, step, every).add_(logits).argmax(-1)  # in float64: no ties by rounding
-    values, ids = kept_tokens(logits, top_k, top_p)
-    pick = gumbel_noise(keys, step, ids).add_(values).argmax(-1, keepdim=True)
-    return ids.gather(-1, pick).squeeze(-1)
+    if 0 < top_k < logits.shape[-1]:
+        return draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
+    weights = (logits - logits.amax(-1, keepdim=True)).div_(temperature).exp_()  # the softmax, unnormalized
+    token = inverse_cdf(weights, uniform(keys, step))
+    if top_p >= 1.0:
+        return token
+    steps = torch.as_tensor(step, device=logits.device).expand(len(token))
+    rows = outside_nucleus(weights, token, top_p).nonzero().squeeze(-1)
+    for draw in range(1, NUCLEUS_DRAWS):
+        if not len(rows):
+            return token
+        w = weights[rows]
+        token[rows] = redrawn = inverse_cdf(w, uniform(keys[rows], steps[rows], draw))
+        rows = rows[outside_nucleus(w, redrawn, top_p)]
+    if len(rows):
+        kept = kept_tokens(logits[rows] / temperature, 0, top_p)
+        token[rows] = draw_kept(*kept, uniform(keys[rows], steps[rows], NUCLEUS_DRAWS))
+    return token
 
 
 # -----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ tokens, batch 1, 8 and 32; new tokens/s for both, the ratio, and our batch-1 dec
 memory-bandwidth limit (weight bytes read per step against a measured copy bandwidth).
 
     python benchmarks/bench_sample.py            # the full figure set (a few minutes)
+    python benchmarks/bench_sample.py --temperature 1   # the same, both samplers drawing from the softmax
     python benchmarks/bench_sample.py --quick    # a small shape, seconds
     python benchmarks/bench_sample.py --kernels  # one-row bf16 products: torch.mv against F.linear
     python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
@@ -30,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model as M  # noqa: E402
-from sample import generate, gumbel_noise, kept_tokens, row_keys, sample_next  # noqa: E402
+from sample import MASK32, generate, hash32, inverse_cdf, kept_tokens, row_keys, sample_next, uniform  # noqa: E402
 
 
 def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
@@ -81,16 +82,19 @@ def build_pair(config, dtype):
     return ours.eval(), ref
 
 
-def run_ours(model, prompts, new_tokens, compile=False):
-    out = generate(model, prompts, new_tokens, temperature=0, compile=compile)
+def run_ours(model, prompts, new_tokens, compile=False, temperature=0.0):
+    out = generate(model, prompts, new_tokens, temperature=temperature, compile=compile)
     assert all(len(o.tokens) == new_tokens for o in out)
 
 
-def run_transformers(ref, prompts, new_tokens):
+def run_transformers(ref, prompts, new_tokens, temperature=0.0):
+    """Greedy, or at temperature > 0 plain sampling from the whole softmax (top_k=0: transformers' default
+    for sampling is 50), as ours samples."""
+    sampling = dict(temperature=temperature, top_k=0, top_p=1.0) if temperature else {}
     with torch.inference_mode():
         ids = torch.tensor(prompts, device=ref.device)
         out = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                           min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+                           min_new_tokens=new_tokens, pad_token_id=0, do_sample=bool(temperature), **sampling)
     assert out.shape[1] == len(prompts[0]) + new_tokens
 
 
@@ -230,12 +234,19 @@ def throughput(args):
 
 
 def full_sort_top_p(logits, top_p, keys, step):
-    """The textbook nucleus (sort the whole vocabulary), noise on every token: what kept_tokens replaces."""
+    """The textbook nucleus (sort the whole vocabulary), then inverse CDF over it: what the rejection replaces."""
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     probs = sorted_logits.softmax(-1)
-    sorted_logits = sorted_logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
-    logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return gumbel_noise(keys, step, torch.arange(logits.shape[-1])).add_(logits).argmax(-1)
+    probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)
+    return order.gather(-1, inverse_cdf(probs, uniform(keys, step))[:, None]).squeeze(-1)
+
+
+def gumbel_top_p1(logits, keys, step):
+    """The sampler before inverse CDF: Gumbel-max with counter-based noise on every token (float64)."""
+    step_key = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32)
+    token = torch.arange(logits.shape[-1]) * 0xC2B2AE35
+    u = hash32((step_key[:, None] + token[None, :]).bitwise_and_(MASK32)).double().add_(0.5).div_(2.0**32)
+    return u.log_().neg_().log_().neg_().add_(logits).argmax(-1)
 
 
 def sampling_cost(args):
@@ -258,6 +269,7 @@ def sampling_cost(args):
             model(token, cache=cache, last_only=True)
         runs = {"decode step": step, "greedy": lambda: sample_next(flat, 0, 1.0, 0, keys, 3),
                 "top-p 1 (every token)": lambda: sample_next(flat, 1.0, 1.0, 0, keys, 3),
+                "top-p 1, Gumbel-max (before)": lambda: gumbel_top_p1(flat, keys, 3),
                 "top-k 50": lambda: sample_next(flat, 1.0, 1.0, 50, keys, 3),
                 "top-p 0.95, peaked": lambda: sample_next(peaked, 1.0, 0.95, 0, keys, 3),
                 "top-p 0.95, peaked, full sort": lambda: full_sort_top_p(peaked, 0.95, keys, 3),
@@ -288,6 +300,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: both sample (rollouts do)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per setting, alternating (medians reported)")
     ap.add_argument("--kernels", action="store_true", help="only time the one-row kernels model.Linear picks from")
     ap.add_argument("--ragged", action="store_true", help="only the ragged workload: continuous batching vs chunks")
@@ -312,12 +325,15 @@ def main():
     ours, ref = ours.to(args.device), ref.to(args.device)
     where = args.device if args.device != "cpu" else f"cpu, {args.threads} threads"
     print(f"Qwen3 shape: {M.count_parameters(config) / 1e6:.1f}M parameters, bf16, {where}; "
-          f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy")
-    runs = {"ours": lambda p, k: run_ours(ours, p, k), "transformers": lambda p, k: run_transformers(ref, p, k)}
+          f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens, "
+          + (f"sampled at temperature {args.temperature}" if args.temperature else "greedy"))
+    T = args.temperature
+    runs = {"ours": lambda p, k: run_ours(ours, p, k, temperature=T),
+            "transformers": lambda p, k: run_transformers(ref, p, k, temperature=T)}
     if args.compile:
         t = timed(lambda: run_ours(ours, [[1] * args.prompt_len], 2, compile=True))
         print(f"ours compiled: first call (compiles) {t:.0f} s")
-        runs["ours compiled"] = lambda p, k: run_ours(ours, p, k, compile=True)
+        runs["ours compiled"] = lambda p, k: run_ours(ours, p, k, compile=True, temperature=T)
     g = torch.Generator().manual_seed(0)
     ours_names = [name for name in runs if name != "transformers"]
     rate_width = {name: max(11, len(name) + 6) for name in runs}

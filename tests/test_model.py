@@ -236,14 +236,22 @@ def test_flops_per_token_matches_flop_counter():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [False, True])
-def test_linear_single_row_path_equals_f_linear(dtype, bias):
-    """One row goes through torch.mv (the fast batch-1 decode path); values and gradients are F.linear's."""
+@pytest.mark.parametrize("amx", [False, True])
+def test_linear_single_row_path_equals_f_linear(dtype, bias, amx, monkeypatch):
+    """One row goes through torch.mv (the fast batch-1 decode path; bf16 only with AMX); values and gradients
+    are F.linear's."""
+    monkeypatch.setattr(qwen3, "BF16_ROW_MV", amx)
+    calls = []
+    mv = torch.mv
+    monkeypatch.setattr(torch, "mv", lambda *a: calls.append(1) or mv(*a))
     torch.manual_seed(0)
     layer = qwen3.Linear(64, 48, bias=bias).to(dtype)
     for shape in [(64,), (1, 64), (1, 1, 64)]:
         x = torch.randn(shape, dtype=dtype, requires_grad=True)
+        calls.clear()
         y = layer(x)
         assert y.shape == (*shape[:-1], 48)
+        assert len(calls) == (1 if amx or dtype == torch.float32 else 0)
         x_ref = x.detach().clone().requires_grad_()
         y_ref = torch.nn.functional.linear(x_ref, layer.weight, layer.bias)
         tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: both accumulate in fp32, then round once

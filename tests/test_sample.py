@@ -3,6 +3,7 @@
 import copy
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
@@ -150,46 +151,102 @@ def test_sample_next_filters():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert set(draws(logits, top_p=0.7).tolist()) == {0, 1}  # 0.5 < 0.7 needs the second token; 0.8 >= 0.7 stops
     assert set(draws(logits, top_k=3).tolist()) == {0, 1, 2}
-
-
-def full_sort_draw(logits, top_p, top_k, keys, step):
-    """The sampler's filters the textbook way: mask below the k-th logit, sort the whole vocabulary for the
-    nucleus, then Gumbel-max over every token."""
-    if 0 < top_k < logits.shape[-1]:
-        logits = logits.masked_fill(logits < torch.topk(logits, top_k, dim=-1).values[:, -1:], float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        sorted_logits = sorted_logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    every = torch.arange(logits.shape[-1], dtype=torch.int64)
-    return S.gumbel_noise(keys, step, every).add_(logits).argmax(-1)
-
-
-def test_top_k_and_top_p_draw_what_the_whole_vocabulary_draws():
-    """Noise on the kept tokens only, and a candidate set widened until it holds the nucleus (flat logits need
-    ~95% of 5,000 tokens: two widenings), give the very tokens of a full sort and full-vocabulary noise."""
-    g = torch.Generator().manual_seed(0)
-    keys = S.row_keys(torch.tensor([1, 2, 3, 4]), 16)
-    for vocab, scale in ((97, 3.0), (5000, 1.0), (5000, 0.05)):
-        logits = torch.randn(64, vocab, generator=g) * scale
-        for top_p, top_k in ((0.95, 0), (0.5, 0), (1.0, 50), (0.9, 200), (0.999, 0)):
-            for step in range(3):
-                assert torch.equal(S.sample_next(logits, 1.0, top_p, top_k, keys, step),
-                                   full_sort_draw(logits, top_p, top_k, keys, step)), (vocab, scale, top_p, top_k)
+    # a tie at the nucleus' edge keeps both tokens, whichever path draws (a sort would keep one, arbitrarily)
+    tied = torch.log(torch.tensor([[0.4, 0.2, 0.4]]))
+    assert set(draws(tied, top_p=0.3).tolist()) == set(draws(tied, top_p=0.3, top_k=3).tolist()) == {0, 2}
     values, ids = S.kept_tokens(torch.log(torch.tensor([[0.1, 0.5, 0.15, 0.25]])), 0, 0.7)
     assert ids.tolist() == [[1, 3, 2, 0]] and torch.isinf(values[0, 2:]).all()  # 0.5 + 0.25 >= 0.7: two kept
 
 
-def test_gumbel_draws_follow_the_softmax():
+def test_inverse_cdf_by_hand():
+    w = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 0.0, 1.0]])  # cumulative: 1 3 6 10 and 0 1 1 2
+    for u, want in (((0.05, 0.25), (0, 1)), ((0.1, 0.5), (1, 3)), ((0.95, 0.999), (3, 3)), ((0.3, 0.0001), (2, 1))):
+        assert S.inverse_cdf(w, torch.tensor(u, dtype=torch.float64)).tolist() == list(want)
+    # float64 sums: a weight of 1e-12 beside 1 is drawn when u lands in its sliver (u * total = 1 + 0.5e-12),
+    # which a float32 sum would round away
+    tiny = torch.tensor([[1.0, 1e-12, 1.0]])
+    assert S.inverse_cdf(tiny, torch.tensor([0.5], dtype=torch.float64)).item() == 1
+    assert S.inverse_cdf(tiny, torch.tensor([0.5 - 1e-12], dtype=torch.float64)).item() == 0
+
+
+def textbook_draw(logits, u):
+    """Inverse-CDF sampling written out in numpy, float64: softmax, cumulative sum, first index above u."""
+    p = np.exp(logits.double().numpy() - logits.double().numpy().max(-1, keepdims=True))
+    cdf = p.cumsum(-1) / p.sum(-1, keepdims=True)
+    return [int((c > x).argmax()) for c, x in zip(cdf, u.numpy())]
+
+
+def textbook_nucleus(logits, top_p, top_k):
+    """The kept token ids of each row, by a full sort: top-k, then the smallest set with mass >= top_p and
+    every token tied with its last member."""
+    kept = []
+    for row in logits.double().tolist():
+        order = sorted(range(len(row)), key=lambda i: -row[i])[:top_k or None]
+        p = np.exp(np.array([row[i] for i in order]) - row[order[0]])
+        before = np.cumsum(p / p.sum()) - p / p.sum()
+        last = min(row[i] for i, b in zip(order, before) if b < top_p)
+        kept.append({i for i in order if row[i] >= last})
+    return kept
+
+
+def test_draws_are_the_textbook_inverse_cdf_and_stay_in_the_nucleus(monkeypatch):
+    """Top-p 1 is one uniform per row through the float64 CDF; with top-k or top-p (rejection, and the sorted
+    fallback when NUCLEUS_DRAWS runs out: 1 forces it for most rows) every draw lies in the full sort's
+    nucleus, and a row's draw does not depend on the other rows of its batch."""
+    g = torch.Generator().manual_seed(0)
+    keys = S.row_keys(torch.tensor([1, 2, 3, 4]), 16)
+    for vocab, scale in ((97, 3.0), (5000, 1.0), (5000, 0.05)):
+        logits = torch.randn(64, vocab, generator=g) * scale
+        for step in range(2):
+            assert S.sample_next(logits, 1.0, 1.0, 0, keys, step).tolist() == textbook_draw(logits,
+                                                                                            S.uniform(keys, step))
+        for top_p, top_k in ((0.95, 0), (0.5, 0), (1.0, 50), (0.9, 200), (0.999, 0)):
+            nucleus = textbook_nucleus(logits, top_p, top_k)
+            values, ids = S.kept_tokens(logits, top_k, top_p)
+            assert [set(i[torch.isfinite(v)].tolist()) for v, i in zip(values, ids)] == nucleus
+            for draws_allowed in (8, 1):
+                monkeypatch.setattr(S, "NUCLEUS_DRAWS", draws_allowed)
+                token = S.sample_next(logits, 1.0, top_p, top_k, keys, 3)
+                one_by_one = [S.sample_next(logits[i:i + 1], 1.0, top_p, top_k, keys[i:i + 1], 3).item()
+                              for i in range(0, 64, 9)]
+                assert all(t in kept for t, kept in zip(token.tolist(), nucleus)), (vocab, scale, top_p, top_k)
+                assert token[::9].tolist() == one_by_one
+
+
+def test_uniforms_are_uniform_and_independent():
+    keys = S.row_keys(torch.tensor([5]), 20000)
+    u = S.uniform(keys, 0)
+    assert u.dtype == torch.float64 and 0 < u.min() and u.max() < 1
+    counts = torch.histc(u.float(), bins=10, min=0, max=1)
+    assert ((counts - 2000) ** 2 / 2000).sum().item() < 27.9  # chi-square, 9 degrees of freedom: p = 0.001
+    for other in (S.uniform(keys, 1), S.uniform(keys, 0, draw=1)):  # the next step, a redraw of this one
+        assert abs(torch.corrcoef(torch.stack([u, other]))[0, 1].item()) < 0.03
+    assert torch.equal(u, S.uniform(keys, torch.zeros(20000, dtype=torch.long)))  # an int step or each row's own
+
+
+@pytest.mark.parametrize("draws_allowed", [8, 1])
+def test_draws_follow_the_softmax(draws_allowed, monkeypatch):
+    monkeypatch.setattr(S, "NUCLEUS_DRAWS", draws_allowed)  # 1: most rejected rows take the sorted fallback
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
     counts = torch.bincount(draws(torch.log(p)[None], rows=20000), minlength=4).double()
     chi2 = (((counts - 20000 * p) ** 2) / (20000 * p)).sum().item()
     assert chi2 < 16.3  # chi-square, 3 degrees of freedom: p = 0.001
-    # with top-p 0.9 the kept tokens {0, 1, 2} are drawn in proportion 0.5 : 0.3 : 0.15
-    kept = torch.bincount(draws(torch.log(p)[None], top_p=0.9, rows=20000), minlength=4).double()
+    # with top-p 0.9 (or top-k 3, or both) the kept tokens {0, 1, 2} are drawn in proportion 0.5 : 0.3 : 0.15
     q = torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95
-    assert kept[3] == 0 and (((kept[:3] - 20000 * q[:3]) ** 2) / (20000 * q[:3])).sum().item() < 13.8  # 2 dof
+    for top_p, top_k in ((0.9, 0), (1.0, 3), (0.9, 3)):
+        kept = torch.bincount(draws(torch.log(p)[None], top_p=top_p, top_k=top_k, rows=20000), minlength=4).double()
+        assert kept[3] == 0 and (((kept[:3] - 20000 * q[:3]) ** 2) / (20000 * q[:3])).sum().item() < 13.8  # 2 dof
+    # a flatter one at top-p 0.5: the nucleus {0, 1, 2} holds 21/36, so 15/36 of the draws are redrawn, and
+    # (15/36)^8 = 0.09% of the rows still miss after 8 draws and take the sorted fallback
+    fallback_rows = []
+    kept_tokens = S.kept_tokens
+    monkeypatch.setattr(S, "kept_tokens",
+                        lambda logits, *a: fallback_rows.append(len(logits)) or kept_tokens(logits, *a))
+    w = torch.arange(8, 0, -1).double()
+    kept = torch.bincount(draws(torch.log(w / w.sum())[None], top_p=0.5, rows=20000), minlength=8).double()
+    q = w[:3] / w[:3].sum()
+    assert kept[3:].sum() == 0 and (((kept[:3] - 20000 * q) ** 2) / (20000 * q)).sum().item() < 13.8  # 2 dof
+    assert 0 < sum(fallback_rows) < 60 if draws_allowed == 8 else 7900 < sum(fallback_rows) < 8760  # 8,333 expected
     # consecutive steps of one row are independent too: pairs (step t, step t+1) are not correlated
     keys = S.row_keys(torch.tensor([3]), 5000)
     x = [S.sample_next(torch.log(p)[None].expand(5000, -1), 1.0, 1.0, 0, keys, step=t).double() for t in (0, 1)]
