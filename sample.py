@@ -18,11 +18,13 @@ generator's state. So a prompt's samples do not depend on which other prompts sh
 on compaction or, in training over several processes, on which rank drew it.
 """
 
+import math
 import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 import model as M
 
@@ -77,13 +79,28 @@ def uniform(keys, step, draw=0):
     return ((hi >> 12) << 32 | lo).double().add_(0.5).div_(2.0**52)  # exact: integers below 2^52
 
 
+CDF_BLOCK = 128  # tokens per block of inverse_cdf's first level (Qwen3's 151,936 = 128 x 1,187)
+
+
 def inverse_cdf(weights, u):
-    """Inverse-CDF sampling: for each row of weights (B, n) >= 0, the first index whose cumulative weight
-    exceeds u * total, i.e. index i with probability weights[i] / total. Summed in float64, so a token of
-    weight 1e-12 next to a total near 1 is not rounded away."""
-    cdf = weights.cumsum(-1, dtype=torch.float64)
-    at = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
-    return at.clamp_(max=weights.shape[-1] - 1)  # u * total rounded up to the total: probability 2^-52
+    """Inverse-CDF sampling: for each row of weights (B, n) >= 0 and uniform u in [0, 1), index i with
+    probability weights[i] / total. Two levels, because a float32 running sum over the row rounds a 1e-12 token
+    away beside a total near 1, and a float64 one is a temporary twice the weights' size (38 MB at batch 32 over
+    Qwen3's vocabulary): the float32 sums of blocks of gcd(n, CDF_BLOCK) tokens pick a block, then the float64
+    running sum inside it picks the token. Each share is exact up to the float32 rounding of its block's sum, as
+    small as the weights' own."""
+    B, n = weights.shape
+    size = math.gcd(n, CDF_BLOCK)  # the blocks are a view of the row, no copy
+    edges = F.pad(weights.view(B, n // size, size).sum(-1).double().cumsum(-1), (1, 0))  # mass before each block
+    total = edges[:, -1]
+    target = u * total  # < total: u <= 1 - 2^-53, and the product never rounds up to the total
+    block = torch.searchsorted(edges, target[:, None], right=True).squeeze(-1) - 1  # edges[b] <= target < edges[b+1]
+    lo, hi = edges.gather(-1, block[:, None]).squeeze(-1), edges.gather(-1, block[:, None] + 1).squeeze(-1)
+    tokens = block[:, None] * size + torch.arange(size, device=weights.device)
+    cdf = weights.gather(-1, tokens).cumsum(-1, dtype=torch.float64)  # (B, size): inside the chosen block
+    last = cdf[:, -1]  # the block's sum again; rescaling into it must not round up to it
+    inside = torch.minimum((target - lo) / (hi - lo) * last, last.nextafter(torch.zeros_like(last)))
+    return tokens.gather(-1, torch.searchsorted(cdf, inside[:, None], right=True)).squeeze(-1)
 
 
 def kept_tokens(logits, top_k, top_p):
@@ -114,42 +131,55 @@ def draw_kept(values, ids, u):
     return ids.gather(-1, pick[:, None]).squeeze(-1)
 
 
-def outside_nucleus(weights, token, top_p):
+def outside_nucleus(weights, total, token, top_p):
     """Which rows' drawn token lies outside the nucleus: the tokens more probable than it already hold top_p
-    of the mass. One pass over the vocabulary, no sort."""
-    above = torch.where(weights > weights.gather(-1, token[:, None]), weights, 0.0).sum(-1)
-    return above >= top_p * weights.sum(-1)
+    of the mass. One pass over the vocabulary, no sort; the mask is float (a bool one is slow to multiply and
+    sum on CPUs)."""
+    above = torch.gt(weights, weights.gather(-1, token[:, None]), out=torch.empty_like(weights))
+    return above.mul_(weights).sum(-1) >= top_p * total
 
 
 NUCLEUS_DRAWS = 8  # rejection draws before a row takes the exact sorted nucleus (each accepts with p >= top_p)
 
 
-def sample_next(logits, temperature, top_p, top_k, keys, step):
-    """Next token ids (B,) from logits (B, vocab): greedy at temperature 0, else inverse-CDF sampling with one
-    counter-based uniform per row. Top-k draws within the k largest. Top-p draws from the whole softmax and
-    redraws a row whose token falls outside the nucleus (rejection sampling: an accepted draw follows the
-    softmax restricted to the nucleus exactly, and a draw is accepted with probability >= top_p); a row still
-    outside after NUCLEUS_DRAWS draws samples the sorted nucleus directly, which keeps the distribution exact."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    if 0 < top_k < logits.shape[-1]:
-        return draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
-    weights = (logits - logits.amax(-1, keepdim=True)).div_(temperature).exp_()  # the softmax, unnormalized
-    token = inverse_cdf(weights, uniform(keys, step))
-    if top_p >= 1.0:
-        return token
+def draw_in_nucleus(logits, temperature, top_p, weights, total, token, keys, step):
+    """Top-p by rejection: a row whose drawn token lies outside the nucleus draws again from the whole softmax
+    (an accepted draw follows the softmax restricted to the nucleus exactly, and a draw is accepted with
+    probability >= top_p); a row still outside after NUCLEUS_DRAWS draws samples the sorted nucleus directly,
+    which keeps the distribution exact."""
     steps = torch.as_tensor(step, device=logits.device).expand(len(token))
-    rows = outside_nucleus(weights, token, top_p).nonzero().squeeze(-1)
+    rows = outside_nucleus(weights, total, token, top_p).nonzero().squeeze(-1)
     for draw in range(1, NUCLEUS_DRAWS):
         if not len(rows):
             return token
-        w = weights[rows]
+        w, t = weights[rows], total[rows]
         token[rows] = redrawn = inverse_cdf(w, uniform(keys[rows], steps[rows], draw))
-        rows = rows[outside_nucleus(w, redrawn, top_p)]
+        rows = rows[outside_nucleus(w, t, redrawn, top_p)]
     if len(rows):
         kept = kept_tokens(logits[rows] / temperature, 0, top_p)
         token[rows] = draw_kept(*kept, uniform(keys[rows], steps[rows], NUCLEUS_DRAWS))
     return token
+
+
+def sample_next(logits, temperature, top_p, top_k, keys, step):
+    """Next token ids (B,) from logits (B, vocab), and their log-probabilities under the policy (the softmax at
+    temperature 1, before top-k/top-p), which training's importance ratios need. Greedy at temperature 0, else
+    inverse-CDF sampling with one counter-based uniform per row: top-k draws within the k largest, top-p from
+    the whole softmax by rejection (draw_in_nucleus)."""
+    if temperature == 0:
+        token = logits.argmax(-1)
+    elif 0 < top_k < logits.shape[-1]:
+        token = draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
+    else:
+        top = logits.amax(-1)
+        weights = (logits - top[:, None]).div_(temperature).exp_()  # the softmax, unnormalized
+        total = weights.sum(-1)
+        token = inverse_cdf(weights, uniform(keys, step))
+        if top_p < 1.0:
+            token = draw_in_nucleus(logits, temperature, top_p, weights, total, token, keys, step)
+        if temperature == 1.0:  # the policy's own softmax: its total gives the log-prob without a second pass
+            return token, logits.gather(-1, token[:, None]).squeeze(-1) - top - total.log()
+    return token, logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
 
 
 # -----------------------------------------------------------------------------
@@ -225,9 +255,7 @@ def prefill(model, prompts, n, room, pad_id):
 def draw_tokens(logits, temperature, top_p, top_k, keys, steps, stop, results, result_ids):
     """Sample the next token of each live row, append it and its log-probability under the policy (softmax at
     temperature 1) to the row's Completion; returns (tokens, which rows drew a stop token)."""
-    logits = logits.float()
-    token = sample_next(logits, temperature, top_p, top_k, keys, steps)
-    logp = logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)  # log_softmax at the token
+    token, logp = sample_next(logits.float(), temperature, top_p, top_k, keys, steps)
     done = torch.isin(token, stop)
     for r, t, lp, d in zip(result_ids.tolist(), token.tolist(), logp.tolist(), done.tolist()):
         results[r].tokens.append(t)

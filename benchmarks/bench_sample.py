@@ -7,11 +7,14 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
 
     python benchmarks/bench_sample.py            # the full figure set (a few minutes)
     python benchmarks/bench_sample.py --temperature 1   # the same, both samplers drawing from the softmax
+    python benchmarks/bench_sample.py --temperature 1 --layers 6 --batches 32   # 6 layers: sampling weighs more
     python benchmarks/bench_sample.py --quick    # a small shape, seconds
     python benchmarks/bench_sample.py --kernels  # one-row bf16 products: torch.mv against F.linear
     python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
     python benchmarks/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
     python benchmarks/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
+    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 python benchmarks/bench_sample.py --sampling
+                                             # the same with the memory kept, as a caching allocator does
     python benchmarks/bench_sample.py --device cuda --throughput  # nano-vllm- and RL-shaped workloads, roof
 
 --ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
@@ -233,12 +236,25 @@ def throughput(args):
                   f"transformers (median of {args.repeats})")
 
 
+def with_logprob(logits, token):
+    """What the samplers before paid for the log-prob: a second pass over the vocabulary (logsumexp)."""
+    return token, logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
+
+
 def full_sort_top_p(logits, top_p, keys, step):
     """The textbook nucleus (sort the whole vocabulary), then inverse CDF over it: what the rejection replaces."""
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     probs = sorted_logits.softmax(-1)
     probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)
-    return order.gather(-1, inverse_cdf(probs, uniform(keys, step))[:, None]).squeeze(-1)
+    return with_logprob(logits, order.gather(-1, inverse_cdf(probs, uniform(keys, step))[:, None]).squeeze(-1))
+
+
+def float64_cdf_top_p1(logits, keys, step):
+    """The inverse CDF before the two levels: one float64 running sum over the whole vocabulary."""
+    weights = (logits - logits.amax(-1, keepdim=True)).exp_()
+    cdf = weights.cumsum(-1, dtype=torch.float64)
+    at = torch.searchsorted(cdf, (uniform(keys, step) * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+    return with_logprob(logits, at.clamp_(max=weights.shape[-1] - 1))
 
 
 def gumbel_top_p1(logits, keys, step):
@@ -246,12 +262,13 @@ def gumbel_top_p1(logits, keys, step):
     step_key = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32)
     token = torch.arange(logits.shape[-1]) * 0xC2B2AE35
     u = hash32((step_key[:, None] + token[None, :]).bitwise_and_(MASK32)).double().add_(0.5).div_(2.0**32)
-    return u.log_().neg_().log_().neg_().add_(logits).argmax(-1)
+    return with_logprob(logits, u.log_().neg_().log_().neg_().add_(logits).argmax(-1))
 
 
 def sampling_cost(args):
-    """Milliseconds to choose 32 rows' next tokens over the full Qwen3 vocabulary, beside one decode step of
-    --layers layers of the 0.6B widths at batch 32 (bf16, 128-token cache), medians of alternated repeats."""
+    """Milliseconds to choose 32 rows' next tokens and their log-probs over the full Qwen3 vocabulary, beside one
+    decode step of --layers layers of the 0.6B widths at batch 32 (bf16, 128-token cache), medians of alternated
+    repeats."""
     config = M.Qwen3Config(num_hidden_layers=args.layers)
     torch.manual_seed(0)
     model = M.Qwen3(config).to(torch.bfloat16).eval()
@@ -267,25 +284,30 @@ def sampling_cost(args):
         def step():
             cache.length = 128  # the same step again: write the 129th slot
             model(token, cache=cache, last_only=True)
-        runs = {"decode step": step, "greedy": lambda: sample_next(flat, 0, 1.0, 0, keys, 3),
-                "top-p 1 (every token)": lambda: sample_next(flat, 1.0, 1.0, 0, keys, 3),
-                "top-p 1, Gumbel-max (before)": lambda: gumbel_top_p1(flat, keys, 3),
-                "top-k 50": lambda: sample_next(flat, 1.0, 1.0, 50, keys, 3),
-                "top-p 0.95, peaked": lambda: sample_next(peaked, 1.0, 0.95, 0, keys, 3),
-                "top-p 0.95, peaked, full sort": lambda: full_sort_top_p(peaked, 0.95, keys, 3),
-                "top-p 0.95, flat": lambda: sample_next(flat, 1.0, 0.95, 0, keys, 3),
-                "top-p 0.95, flat, full sort": lambda: full_sort_top_p(flat, 0.95, keys, 3)}
-        for run in runs.values():
-            run()
+        # name -> (the logits it reads, the run); each run reads a fresh copy, written just before it as the
+        # decode step's logits are (a stale copy sits in DRAM after the step and costs up to 2x more to read)
+        runs = {"decode step": (flat, lambda x: step()), "greedy": (flat, lambda x: sample_next(x, 0, 1.0, 0, keys, 3)),
+                "top-p 1 (every token)": (flat, lambda x: sample_next(x, 1.0, 1.0, 0, keys, 3)),
+                "top-p 1, one float64 CDF (before)": (flat, lambda x: float64_cdf_top_p1(x, keys, 3)),
+                "top-p 1, Gumbel-max (before that)": (flat, lambda x: gumbel_top_p1(x, keys, 3)),
+                "top-k 50": (flat, lambda x: sample_next(x, 1.0, 1.0, 50, keys, 3)),
+                "top-p 0.95, peaked": (peaked, lambda x: sample_next(x, 1.0, 0.95, 0, keys, 3)),
+                "top-p 0.95, peaked, full sort": (peaked, lambda x: full_sort_top_p(x, 0.95, keys, 3)),
+                "top-p 0.95, flat": (flat, lambda x: sample_next(x, 1.0, 0.95, 0, keys, 3)),
+                "top-p 0.95, flat, full sort": (flat, lambda x: full_sort_top_p(x, 0.95, keys, 3))}
+        for logits, run in runs.values():
+            run(logits)
         times = {name: [] for name in runs}
         for _ in range(args.repeats):
-            for name, run in runs.items():
-                times[name].append(timed(run) * 1e3)
+            for name, (logits, run) in runs.items():
+                step()  # each run right after a decode step, as in generation
+                fresh = logits.clone()
+                times[name].append(timed(lambda: run(fresh)) * 1e3)
     ms = {name: statistics.median(t) for name, t in times.items()}
     print(f"batch {batch}, vocabulary {config.vocab_size}, {args.threads} threads; decode step: {args.layers} layers "
           f"of the 0.6B widths, bf16 (medians of {args.repeats})")
     for name, t in ms.items():
-        print(f"  {name:>30}: {t:8.1f} ms, {t / ms['decode step']:6.1%} of the decode step, "
+        print(f"  {name:>36}: {t:8.1f} ms, {t / ms['decode step']:6.1%} of the decode step, "
               f"{t / ms['top-p 1 (every token)']:.2f}x top-p 1")
     kept = kept_tokens(peaked, 0, 0.95)[0]
     print(f"  nucleus sizes, peaked: median {int(torch.isfinite(kept).sum(-1).median())} tokens")
@@ -307,7 +329,7 @@ def main():
     ap.add_argument("--ragged-budget", type=int, default=256, help="--ragged: the generation budget")
     ap.add_argument("--throughput", action="store_true", help="only the GPU throughput workloads (nano-vllm, RL)")
     ap.add_argument("--sampling", action="store_true", help="only the cost of choosing tokens against a decode step")
-    ap.add_argument("--layers", type=int, default=28, help="--sampling: layers of the decode step")
+    ap.add_argument("--layers", type=int, default=28, help="layers of the 0.6B widths (also --sampling's step)")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
@@ -320,7 +342,8 @@ def main():
         return sampling_cost(args)
     if args.throughput:
         return throughput(args)
-    config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick else M.Qwen3Config()
+    config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick \
+        else M.Qwen3Config(num_hidden_layers=args.layers)
     ours, ref = build_pair(config, torch.bfloat16)
     ours, ref = ours.to(args.device), ref.to(args.device)
     where = args.device if args.device != "cpu" else f"cpu, {args.threads} threads"

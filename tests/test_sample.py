@@ -64,10 +64,15 @@ def test_greedy_ragged_batch_equals_uncached_and_transformers(tiny):
 def test_logprobs_equal_full_forward(tiny):
     model, _ = tiny
     prompts = random_prompts([4, 11, 7])
-    for kwargs in (dict(temperature=0), dict(temperature=1.3, top_p=0.8, top_k=20, n=3, seed=0)):
-        for o in S.generate(model, prompts, 16, **kwargs):
-            expected = full_forward_logprobs(model, prompts[o.prompt_index], o.tokens)
+    for kwargs in (dict(temperature=0), dict(temperature=1.3, top_p=0.8, top_k=20, n=3, seed=0),
+                   dict(temperature=1.0, n=2, seed=1), dict(temperature=1.0, top_p=0.9, n=2, seed=2)):
+        for o in S.generate(model, prompts, 16, **kwargs):  # at temperature 1 from the sampling's own softmax
+            p = prompts[o.prompt_index]
+            expected = full_forward_logprobs(model, p, o.tokens)
             assert torch.allclose(torch.tensor(o.logprobs), expected, atol=1e-4)
+            with torch.no_grad():
+                trainer = M.token_logprobs(model, torch.tensor([p + o.tokens]))[0][0, len(p) - 1:]
+            assert torch.allclose(torch.tensor(o.logprobs), trainer, atol=1e-4)  # what importance ratios divide by
 
 
 def test_seed_reproduces_and_samples_differ(tiny):
@@ -144,7 +149,7 @@ def test_tiny_top_p_is_greedy_and_top_k_1_is_greedy(tiny):
 def draws(logits, top_p=1.0, top_k=0, rows=4000):
     """rows independent draws from one distribution: every row its own key."""
     keys = S.row_keys(torch.tensor([7]), rows)
-    return S.sample_next(logits.expand(rows, -1), 1.0, top_p, top_k, keys, step=0)
+    return S.sample_next(logits.expand(rows, -1), 1.0, top_p, top_k, keys, step=0)[0]
 
 
 def test_sample_next_filters():
@@ -167,6 +172,19 @@ def test_inverse_cdf_by_hand():
     tiny = torch.tensor([[1.0, 1e-12, 1.0]])
     assert S.inverse_cdf(tiny, torch.tensor([0.5], dtype=torch.float64)).item() == 1
     assert S.inverse_cdf(tiny, torch.tensor([0.5 - 1e-12], dtype=torch.float64)).item() == 0
+    # two levels (2 blocks of 128): the 1e-12 token shares a block with two of weight 1, whose float32 sum rounds
+    # it away; still the uniforms that draw it span its share, 1e-12 / 3: 100 of a grid spaced 1e-14 / 3
+    w = torch.zeros(1, 256)
+    w[0, [3, 130, 131, 132]] = torch.tensor([1.0, 1.0, 1e-12, 1.0])
+    grid = (2 - 2e-12 + torch.arange(401, dtype=torch.float64) * 1e-14) / 3
+    drawn = [S.inverse_cdf(w, u[None]).item() for u in grid]
+    assert drawn == sorted(drawn) and set(drawn) == {130, 131, 132} and 99 <= drawn.count(131) <= 101
+    # the smallest and the largest uniform never land on a token of weight 0 (first, last, or between)
+    ends = torch.tensor([0.5, 2**52 - 0.5], dtype=torch.float64) / 2**52
+    two_blocks = [0.0] * 5 + [1.0] + [0.0] * 194 + [1.0] + [0.0] * 55
+    for w, want in (([0.0, 1.0, 0.0, 1.0, 0.0], [1, 3]), (two_blocks, [5, 200])):
+        w = torch.tensor(w).reshape(1, -1).expand(2, -1).contiguous()
+        assert S.inverse_cdf(w, ends).tolist() == want
 
 
 def textbook_draw(logits, u):
@@ -174,6 +192,14 @@ def textbook_draw(logits, u):
     p = np.exp(logits.double().numpy() - logits.double().numpy().max(-1, keepdims=True))
     cdf = p.cumsum(-1) / p.sum(-1, keepdims=True)
     return [int((c > x).argmax()) for c, x in zip(cdf, u.numpy())]
+
+
+def textbook_log_softmax(logits, token):
+    """log p(token) per row, numpy float64."""
+    x = logits.double().numpy()
+    top = x.max(-1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(x - top).sum(-1))
+    return x[np.arange(len(x)), token.numpy()] - lse
 
 
 def textbook_nucleus(logits, top_p, top_k):
@@ -198,16 +224,18 @@ def test_draws_are_the_textbook_inverse_cdf_and_stay_in_the_nucleus(monkeypatch)
     for vocab, scale in ((97, 3.0), (5000, 1.0), (5000, 0.05)):
         logits = torch.randn(64, vocab, generator=g) * scale
         for step in range(2):
-            assert S.sample_next(logits, 1.0, 1.0, 0, keys, step).tolist() == textbook_draw(logits,
-                                                                                            S.uniform(keys, step))
+            token, logp = S.sample_next(logits, 1.0, 1.0, 0, keys, step)
+            assert token.tolist() == textbook_draw(logits, S.uniform(keys, step))
+            assert np.allclose(logp, textbook_log_softmax(logits, token), atol=1e-5)  # from the same softmax
         for top_p, top_k in ((0.95, 0), (0.5, 0), (1.0, 50), (0.9, 200), (0.999, 0)):
             nucleus = textbook_nucleus(logits, top_p, top_k)
             values, ids = S.kept_tokens(logits, top_k, top_p)
             assert [set(i[torch.isfinite(v)].tolist()) for v, i in zip(values, ids)] == nucleus
             for draws_allowed in (8, 1):
                 monkeypatch.setattr(S, "NUCLEUS_DRAWS", draws_allowed)
-                token = S.sample_next(logits, 1.0, top_p, top_k, keys, 3)
-                one_by_one = [S.sample_next(logits[i:i + 1], 1.0, top_p, top_k, keys[i:i + 1], 3).item()
+                token, logp = S.sample_next(logits, 1.0, top_p, top_k, keys, 3)
+                assert np.allclose(logp, textbook_log_softmax(logits, token), atol=1e-5)  # before top-k / top-p
+                one_by_one = [S.sample_next(logits[i:i + 1], 1.0, top_p, top_k, keys[i:i + 1], 3)[0].item()
                               for i in range(0, 64, 9)]
                 assert all(t in kept for t, kept in zip(token.tolist(), nucleus)), (vocab, scale, top_p, top_k)
                 assert token[::9].tolist() == one_by_one
@@ -249,7 +277,7 @@ def test_draws_follow_the_softmax(draws_allowed, monkeypatch):
     assert 0 < sum(fallback_rows) < 60 if draws_allowed == 8 else 7900 < sum(fallback_rows) < 8760  # 8,333 expected
     # consecutive steps of one row are independent too: pairs (step t, step t+1) are not correlated
     keys = S.row_keys(torch.tensor([3]), 5000)
-    x = [S.sample_next(torch.log(p)[None].expand(5000, -1), 1.0, 1.0, 0, keys, step=t).double() for t in (0, 1)]
+    x = [S.sample_next(torch.log(p)[None].expand(5000, -1), 1.0, 1.0, 0, keys, step=t)[0].double() for t in (0, 1)]
     assert abs(torch.corrcoef(torch.stack(x))[0, 1].item()) < 0.05
 
 
