@@ -284,9 +284,10 @@ def sampling_cost(args):
         def step():
             cache.length = 128  # the same step again: write the 129th slot
             model(token, cache=cache, last_only=True)
-        # name -> (the logits it reads, the run); each run reads a fresh copy, written just before it as the
-        # decode step's logits are (a stale copy sits in DRAM after the step and costs up to 2x more to read)
-        runs = {"decode step": (flat, lambda x: step()), "greedy": (flat, lambda x: sample_next(x, 0, 1.0, 0, keys, 3)),
+        # name -> (the logits it reads, the run); each run reads a fresh copy, written just before it as a decode
+        # step's logits are in generation
+        runs = {"decode step": (flat, lambda x: step()),
+                "greedy": (flat, lambda x: sample_next(x, 0, 1.0, 0, keys, 3)),
                 "top-p 1 (every token)": (flat, lambda x: sample_next(x, 1.0, 1.0, 0, keys, 3)),
                 "top-p 1, one float64 CDF (before)": (flat, lambda x: float64_cdf_top_p1(x, keys, 3)),
                 "top-p 1, Gumbel-max (before that)": (flat, lambda x: gumbel_top_p1(x, keys, 3)),
