@@ -618,8 +618,9 @@ def test_gpu_rollout_copy_is_bf16_and_tracks_the_policy(char_model_dir):
 
 # Measured from the committed checkpoint over seeds 0-2 (8 problems x 8 samples a step, greedy on 200 test
 # problems, from 41.0% and a direct-answer share of 0.60), every objective with its own defaults: after 12 steps
-# +26.5 to +38.5 points, share down to 0.17-0.30 (benchmarks/compare_objectives.py, the numbers in the README);
-# after 6 steps +5.0 to +8.5 points, share down to 0.48-0.52 (the same with --steps 6). The issue asks drgrpo and
+# +15.0 to +38.0 points (+30.0 to +38.0 on seed 0, the one these tests run), share down to 0.17-0.39
+# (benchmarks/compare_objectives.py, the numbers in docs/objectives.md); after 6 steps +5.0 to +8.5 points, share
+# down to 0.48-0.52 (the same with --steps 6, measured with the sampler before inverse CDF). The issue asks drgrpo and
 # grpo for a clear rise (12 steps, a wide margin) and the other objectives for "improves or at least does not
 # break it": 6 steps, the bar half the smallest measured gain, so the nine runs take half as long.
 HEADLINE = ("drgrpo", "grpo")
