@@ -16,6 +16,8 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 python benchmarks/bench_sample.py --sampling
                                              # the same with the memory kept, as a caching allocator does
     python benchmarks/bench_sample.py --device cuda --throughput  # nano-vllm- and RL-shaped workloads, roof
+    python benchmarks/bench_sample.py --profile --temperature 1 --batches 1 32 --new-tokens 16
+                                             # a decode step op by op, ours against transformers
 
 --ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
 (log-normal, median an eighth of the budget) with 10% of the rows running to the budget, through 6 layers of
@@ -34,7 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model as M  # noqa: E402
-from sample import MASK32, generate, hash32, inverse_cdf, kept_tokens, row_keys, sample_next, uniform  # noqa: E402
+import sample as S  # noqa: E402
+from sample import (MASK32, NUCLEUS_MARGIN, generate, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
+                    sample_next, uniform)
 
 
 def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
@@ -265,6 +269,15 @@ def gumbel_top_p1(logits, keys, step):
     return with_logprob(logits, u.log_().neg_().log_().neg_().add_(logits).argmax(-1))
 
 
+def check_every_row(logits, top_p, keys, step):
+    """Top-p before the confident rows skipped the nucleus check: every row takes the pass over the vocabulary."""
+    margin, S.NUCLEUS_MARGIN = S.NUCLEUS_MARGIN, float("inf")
+    try:
+        return sample_next(logits, 1.0, top_p, 0, keys, step)
+    finally:
+        S.NUCLEUS_MARGIN = margin
+
+
 def sampling_cost(args):
     """Milliseconds to choose 32 rows' next tokens and their log-probs over the full Qwen3 vocabulary, beside one
     decode step of --layers layers of the 0.6B widths at batch 32 (bf16, 128-token cache), medians of alternated
@@ -294,6 +307,7 @@ def sampling_cost(args):
                 "top-k 50": (flat, lambda x: sample_next(x, 1.0, 1.0, 50, keys, 3)),
                 "top-p 0.95, peaked": (peaked, lambda x: sample_next(x, 1.0, 0.95, 0, keys, 3)),
                 "top-p 0.95, peaked, full sort": (peaked, lambda x: full_sort_top_p(x, 0.95, keys, 3)),
+                "top-p 0.95, peaked, every row checked": (peaked, lambda x: check_every_row(x, 0.95, keys, 3)),
                 "top-p 0.95, flat": (flat, lambda x: sample_next(x, 1.0, 0.95, 0, keys, 3)),
                 "top-p 0.95, flat, full sort": (flat, lambda x: full_sort_top_p(x, 0.95, keys, 3))}
         for logits, run in runs.values():
@@ -310,8 +324,101 @@ def sampling_cost(args):
     for name, t in ms.items():
         print(f"  {name:>36}: {t:8.1f} ms, {t / ms['decode step']:6.1%} of the decode step, "
               f"{t / ms['top-p 1 (every token)']:.2f}x top-p 1")
-    kept = kept_tokens(peaked, 0, 0.95)[0]
-    print(f"  nucleus sizes, peaked: median {int(torch.isfinite(kept).sum(-1).median())} tokens")
+    for name, logits in (("peaked", peaked), ("flat", flat)):
+        kept = kept_tokens(logits, 0, 0.95)[0]
+        probs = logits.softmax(-1)
+        token = sample_next(logits, 1.0, 1.0, 0, keys, 3)[0]
+        skip = probs.gather(-1, token[:, None]).squeeze(-1) > 1 - 0.95 + NUCLEUS_MARGIN
+        print(f"  {name}: median nucleus {int(torch.isfinite(kept).sum(-1).median())} tokens, median top token "
+              f"{probs.amax(-1).median():.3f} of the mass; {int(skip.sum())} of {batch} first draws skip the check")
+
+
+def decode_steps(ours, ref, batch, prompt_len, vocab):
+    """One decode step at a prompt_len-token cache for each side, repeatable: ours rewinds its KVCache's
+    write index, transformers' DynamicCache is cropped back. Returns {name: (step, rewind)}."""
+    g = torch.Generator().manual_seed(batch)
+    ids = torch.randint(0, vocab, (batch, prompt_len), generator=g)
+    token = torch.randint(0, vocab, (batch, 1), generator=g)
+    cache = ours.new_cache(batch, prompt_len + 1)
+    ours(ids, cache=cache, last_only=True)
+    out = ref(input_ids=ids, use_cache=True)
+    past = {"cache": out.cache} if hasattr(out, "cache") else {"past_key_values": out.past_key_values}  # 5.x: cache
+
+    def rewind_ours():
+        cache.length = prompt_len
+    return {"ours": (lambda: ours(token, cache=cache, last_only=True), rewind_ours),
+            "transformers": (lambda: ref(input_ids=token, use_cache=True, **past),
+                             lambda: next(iter(past.values())).crop(-1))}  # drop the step's token
+
+
+def profile_steps(args):
+    """Where a decode step's time goes, op by op, ours against transformers' forward on the same weights: each
+    aten op's self time per step (torch.profiler), the step's unprofiled wall time, and what is left outside
+    the ops (Python, module calls, dispatch). Then the loop around the step: generate's time per new token
+    outside the model's forward calls, which holds choosing the token, stopping, and each loop's bookkeeping."""
+    from torch.profiler import ProfilerActivity, profile
+    config = M.Qwen3Config(num_hidden_layers=args.layers)
+    ours, ref = build_pair(config, torch.bfloat16)
+    print(f"decode step, {args.layers} layers of the 0.6B widths, bf16, {args.threads} threads, a {args.prompt_len}-"
+          f"token cache; ms per step, medians of {args.repeats} alternated repeats")
+    for batch in args.batches:
+        with torch.inference_mode():
+            steps = decode_steps(ours, ref, batch, args.prompt_len, config.vocab_size)
+            wall, ops, calls = ({name: [] for name in steps}, {name: {} for name in steps},
+                                {name: {} for name in steps})
+            for step, rewind in steps.values():
+                step(), rewind()  # warm-up
+            for _ in range(args.repeats):
+                for name, (step, rewind) in steps.items():
+                    wall[name].append(timed(step) * 1e3)
+                    rewind()
+                    with profile(activities=[ProfilerActivity.CPU]) as prof:
+                        step()
+                    rewind()
+                    for e in prof.key_averages():
+                        if e.key.startswith("aten::"):
+                            ops[name].setdefault(e.key, []).append(e.self_cpu_time_total / 1e3)
+                            calls[name][e.key] = e.count
+        per_op = {name: {op: statistics.median(t) for op, t in o.items()} for name, o in ops.items()}
+        ms = {name: statistics.median(t) for name, t in wall.items()}
+        names = sorted(set(per_op["ours"]) | set(per_op["transformers"]),
+                       key=lambda op: -max(per_op["ours"].get(op, 0), per_op["transformers"].get(op, 0)))
+        print(f"\nbatch {batch}: {'op':<46} {'ours ms (calls)':>18} {'transformers ms (calls)':>24}")
+        for op in names[:args.top_ops]:
+            cells = [f"{per_op[n].get(op, 0):.2f} ({calls[n].get(op, 0)})" for n in steps]
+            print(f"{'':>9}{op.removeprefix('aten::'):<46} {cells[0]:>18} {cells[1]:>24}")
+        rest = {n: sum(t for op, t in per_op[n].items() if op not in names[:args.top_ops]) for n in steps}
+        every = {n: sum(per_op[n].values()) for n in steps}
+        for label, value in (("the other aten ops", rest), ("all aten ops (profiled)", every),
+                             ("the step, unprofiled wall time", ms)):
+            print(f"{'':>9}{label:<46} {value['ours']:>18.2f} {value['transformers']:>24.2f}")
+        prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len)).tolist()
+        runs = {"ours": (ours, lambda: run_ours(ours, prompts, args.new_tokens, temperature=args.temperature)),
+                "transformers": (ref, lambda: run_transformers(ref, prompts, args.new_tokens, args.temperature))}
+        forward, outside = {name: [] for name in runs}, {name: [] for name in runs}
+        for _ in range(args.repeats):
+            for name, (module, run) in runs.items():
+                spans, wall = forward_spans(module, run)
+                forward[name].append(statistics.median(spans[1:]) * 1e3)  # the decode steps; spans[0] is the prefill
+                outside[name].append((wall - sum(spans)) / args.new_tokens * 1e3)
+        for label, value in (("generate: a decode step's forward", forward),
+                             ("generate: outside the forwards, per token", outside)):
+            print(f"{'':>9}{label:<46} {statistics.median(value['ours']):>18.2f} "
+                  f"{statistics.median(value['transformers']):>24.2f}")
+    print("(generate " + (f"sampled at temperature {args.temperature}" if args.temperature else "greedy")
+          + f", {args.new_tokens} new tokens; outside the forwards: choosing tokens, stopping, the loop's own work)")
+
+
+def forward_spans(module, run):
+    """Run `run` with a clock on every call of module's forward: (the calls' seconds, the whole run's seconds)."""
+    spans = []
+    pre = module.register_forward_pre_hook(lambda m, a: spans.append(-time.perf_counter()))
+    post = module.register_forward_hook(lambda m, a, o: spans.append(spans.pop() + time.perf_counter()))
+    try:
+        wall = timed(run)
+    finally:
+        pre.remove(), post.remove()
+    return spans, wall
 
 
 def main():
@@ -331,6 +438,8 @@ def main():
     ap.add_argument("--throughput", action="store_true", help="only the GPU throughput workloads (nano-vllm, RL)")
     ap.add_argument("--sampling", action="store_true", help="only the cost of choosing tokens against a decode step")
     ap.add_argument("--layers", type=int, default=28, help="layers of the 0.6B widths (also --sampling's step)")
+    ap.add_argument("--profile", action="store_true", help="only a decode step op by op, ours against transformers")
+    ap.add_argument("--top-ops", type=int, default=12, help="--profile: the ops listed one by one")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
@@ -343,6 +452,8 @@ def main():
         return sampling_cost(args)
     if args.throughput:
         return throughput(args)
+    if args.profile:
+        return profile_steps(args)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick \
         else M.Qwen3Config(num_hidden_layers=args.layers)
     ours, ref = build_pair(config, torch.bfloat16)

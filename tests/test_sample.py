@@ -241,6 +241,29 @@ def test_draws_are_the_textbook_inverse_cdf_and_stay_in_the_nucleus(monkeypatch)
                 assert token[::9].tolist() == one_by_one
 
 
+def test_nucleus_check_skips_confident_rows_and_equals_the_full_check(monkeypatch):
+    """outside_nucleus against the definition in numpy float64 (the tokens more probable than the drawn one hold
+    >= top_p of the mass), on rows from confident to flat; a drawn token holding more than 1 - top_p + margin
+    of the mass is inside without the pass over the vocabulary (a spy counts the rows that take it)."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(96, 3000, generator=g) * torch.linspace(0.5, 12, 96)[:, None]
+    weights = (logits - logits.amax(-1, keepdim=True)).exp()
+    total = weights.sum(-1)
+    token = torch.randint(3000, (96,), generator=g)
+    token[::2] = weights[::2].argmax(-1)  # half the rows drew their most probable token
+    checked = []
+    gt = torch.gt
+    monkeypatch.setattr(torch, "gt", lambda w, t, **kw: checked.append(len(w)) or gt(w, t, **kw))
+    w64 = weights.double().numpy()
+    for top_p in (0.95, 0.5, 0.999):
+        checked.clear()
+        drawn = w64[np.arange(96), token.numpy()]
+        expected = [row[row > d].sum() >= top_p * row.sum() for row, d in zip(w64, drawn)]
+        assert S.outside_nucleus(weights, total, token, top_p).tolist() == expected
+        confident = drawn > (1 - top_p + S.NUCLEUS_MARGIN) * w64.sum(-1)
+        assert 0 < confident.sum() < 96 and checked == [96 - confident.sum()], top_p
+
+
 def test_uniforms_are_uniform_and_independent():
     keys = S.row_keys(torch.tensor([5]), 20000)
     u = S.uniform(keys, 0)
