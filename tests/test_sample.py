@@ -262,6 +262,10 @@ def test_nucleus_check_skips_confident_rows_and_equals_the_full_check(monkeypatc
         assert S.outside_nucleus(weights, total, token, top_p).tolist() == expected
         confident = drawn > (1 - top_p + S.NUCLEUS_MARGIN) * w64.sum(-1)
         assert 0 < confident.sum() < 96 and checked == [96 - confident.sum()], top_p
+    # at the boundary: the tokens above hold exactly top_p (outside: the nucleus already has its mass); a tie
+    # with a kept token is kept (nothing lies strictly above it)
+    weights = torch.tensor([[3.0, 1.0], [1.0, 1.0]])
+    assert S.outside_nucleus(weights, weights.sum(-1), torch.tensor([1, 1]), 0.75).tolist() == [True, False]
 
 
 def test_uniforms_are_uniform_and_independent():
