@@ -139,12 +139,18 @@ def outside_nucleus(weights, total, token, top_p):
     the mask is float (a bool one is slow to multiply and sum on CPUs)."""
     drawn = weights.gather(-1, token[:, None]).squeeze(-1)
     outside = torch.zeros_like(token, dtype=torch.bool)
-    rows = (drawn <= (1 - top_p + NUCLEUS_MARGIN) * total).nonzero().squeeze(-1)
+    rows = (~surely_inside(drawn, total, top_p)).nonzero().squeeze(-1)
     if len(rows):
         w = weights[rows] if len(rows) < len(token) else weights
         above = torch.gt(w, drawn[rows, None], out=torch.empty_like(w))
         outside[rows] = above.mul_(w).sum(-1) >= top_p * total[rows]
     return outside
+
+
+def surely_inside(drawn, total, top_p):
+    """Rows whose drawn token's weight alone exceeds 1 - top_p of the total: the tokens above it hold less than
+    top_p, so it is in the nucleus without a pass over the vocabulary."""
+    return drawn > (1 - top_p + NUCLEUS_MARGIN) * total
 
 
 NUCLEUS_MARGIN = 1e-4  # of the total: float32 sums over 151,936 tokens round by far less (~1e-6)

@@ -37,8 +37,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model as M  # noqa: E402
 import sample as S  # noqa: E402
-from sample import (MASK32, NUCLEUS_MARGIN, generate, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
-                    sample_next, uniform)
+from sample import (MASK32, generate, hash32, inverse_cdf, kept_tokens, row_keys, sample_next,  # noqa: E402
+                    surely_inside, uniform)
 
 
 def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
@@ -328,7 +328,7 @@ def sampling_cost(args):
         kept = kept_tokens(logits, 0, 0.95)[0]
         probs = logits.softmax(-1)
         token = sample_next(logits, 1.0, 1.0, 0, keys, 3)[0]
-        skip = probs.gather(-1, token[:, None]).squeeze(-1) > 1 - 0.95 + NUCLEUS_MARGIN
+        skip = surely_inside(probs.gather(-1, token[:, None]).squeeze(-1), 1.0, 0.95)
         print(f"  {name}: median nucleus {int(torch.isfinite(kept).sum(-1).median())} tokens, median top token "
               f"{probs.amax(-1).median():.3f} of the mass; {int(skip.sum())} of {batch} first draws skip the check")
 
