@@ -9,7 +9,8 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python benchmarks/bench_sample.py --temperature 1   # the same, both samplers drawing from the softmax
     python benchmarks/bench_sample.py --temperature 1 --layers 6 --batches 32   # 6 layers: sampling weighs more
     python benchmarks/bench_sample.py --quick    # a small shape, seconds
-    python benchmarks/bench_sample.py --kernels  # one-row bf16 products: torch.mv against F.linear
+    python benchmarks/bench_sample.py --kernels  # the CPU products model.Linear picks between: one bf16 row
+                                             # (torch.mv or F.linear), 8-48 fp32 rows (W @ x.T or F.linear)
     python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
     python benchmarks/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
     python benchmarks/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
@@ -73,6 +74,48 @@ def one_row_kernels(threads, repeats=5, total_bytes=600 * 2**20):
         mv, lin = (statistics.median(r) / 1e9 for r in rates.values())
         print(f"one row x ({n_out}, {n_in}) bf16, {threads} threads: torch.mv {mv:.1f} GB/s, F.linear {lin:.1f} GB/s "
               f"({mv / lin:.2f}x); copy bandwidth {copy_bandwidth() / 1e9:.1f} GB/s")
+
+
+def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
+    """float32 products of a few rows, F.linear (x @ W.T) against the weight on the left (W @ x.T, what
+    model.Linear picks for FP32_ROWS_WEIGHT_LEFT rows), alternated, medians; then a whole decode step of 6
+    layers of the 0.6B widths (full vocabulary, 200-token cache) with the choice on and off."""
+    left = lambda x, w: (w @ x.T).T.contiguous()  # noqa: E731  (model.Linear's product, inlined to time it alone)
+    on = M.FP32_ROWS_WEIGHT_LEFT
+    for n_out, n_in, name in [(151936, 1024, "lm_head"), (3072, 1024, "mlp up"), (1024, 3072, "mlp down")]:
+        weights = [torch.randn(n_out, n_in) for _ in range(max(1, 2**28 // (4 * n_out * n_in)))]  # 256 MB: memory
+        ratios = []
+        for b in batches:
+            x = torch.randn(b, n_in)
+            t = {"linear": [], "left": []}
+            for _ in range(repeats):
+                t["linear"].append(timed(lambda: [torch.nn.functional.linear(x, w) for w in weights]))
+                t["left"].append(timed(lambda: [left(x, w) for w in weights]))
+            ratios.append(f"{b}: {statistics.median(t['linear']) / statistics.median(t['left']):.2f}x"
+                          + ("*" if on[0] <= b <= on[1] else ""))
+        print(f"({n_out}, {n_in}) float32 {name}, F.linear time / W @ x.T time by rows: " + ", ".join(ratios))
+    print(f"  (* rows model.Linear sends to W @ x.T: FP32_ROWS_WEIGHT_LEFT = {on})")
+    config = M.Qwen3Config(num_hidden_layers=6)
+    torch.manual_seed(0)
+    model, context = M.Qwen3(config).eval(), 200
+    for b in batches:
+        cache = model.new_cache(b, context + 1)
+        token, t, logits = torch.randint(0, 1000, (b, 1)), {on: [], (0, -1): []}, {}
+
+        @torch.inference_mode()
+        def step(choice):  # the choice on or off, at the same 200-token cache each time
+            M.FP32_ROWS_WEIGHT_LEFT, cache.length = choice, context
+            logits[choice] = model(token, cache=cache, last_only=True)
+        with torch.inference_mode():
+            model(torch.randint(0, 1000, (b, context)), cache=cache, last_only=True)
+        for _ in range(repeats):
+            for choice in t:
+                t[choice].append(timed(lambda: step(choice)))
+        M.FP32_ROWS_WEIGHT_LEFT = on
+        same = bool((logits[on].argmax(-1) == logits[(0, -1)].argmax(-1)).all())
+        print(f"decode step, 6 float32 layers, {b:2d} rows: {statistics.median(t[(0, -1)]) * 1e3:6.1f} ms F.linear "
+              f"everywhere, {statistics.median(t[on]) * 1e3:6.1f} ms as model.Linear picks "
+              f"({statistics.median(t[(0, -1)]) / statistics.median(t[on]):.2f}x); greedy tokens the same: {same}")
 
 
 def build_pair(config, dtype):
@@ -155,17 +198,29 @@ def ragged(args):
         lengths[i] = budget + 1  # never stops: runs to the budget
     harness = ScriptedLengths(model, [prompt_len] * rows, lengths)
     prompts = [[r + 1] * prompt_len for r in range(rows)]
-    runs = {f"chunks of {slots} rows": lambda: [c for i in range(0, rows, slots) for c in generate(
-                harness, prompts[i:i + slots], budget, temperature=0, stop_token_ids={0})],
-            f"slots={slots}": lambda: generate(harness, prompts, budget, temperature=0, stop_token_ids={0}, slots=slots),
-            f"static, slots={slots}": lambda: generate(harness, prompts, budget, temperature=0, stop_token_ids={0},
-                                                       slots=slots, static=True)}
-    made = {name: [c.tokens for c in run()] for name, run in runs.items()}
+    runs = {f"chunks of {slots} rows": lambda progress=None: [c for i in range(0, rows, slots) for c in generate(
+                harness, prompts[i:i + slots], budget, temperature=0, stop_token_ids={0}, progress=progress)],
+            f"slots={slots}": lambda progress=None: generate(harness, prompts, budget, temperature=0,
+                                                             stop_token_ids={0}, slots=slots, progress=progress),
+            f"static, slots={slots}": lambda progress=None: generate(harness, prompts, budget, temperature=0,
+                                                                     stop_token_ids={0}, slots=slots, static=True,
+                                                                     progress=progress)}
+    steps = {name: [] for name in runs}  # (tokens so far in this generate call, clock) at every decode step
+    made = {name: [c.tokens for c in run(lambda tokens, *_, name=name: steps[name].append((tokens, time.perf_counter())))]
+            for name, run in runs.items()}
     assert all(m == made[f"chunks of {slots} rows"] for m in made.values()), "the samplers' outputs differ"
     n_tokens = sum(map(len, made[f"chunks of {slots} rows"]))
     print(f"ragged: {rows} prompts of {prompt_len} tokens, budget {budget}, {M.count_parameters(config) / 1e6:.0f}M "
           f"parameters {str(dtype).removeprefix('torch.')}, {args.device}; {n_tokens} tokens generated (mean {n_tokens / rows:.1f}, "
           f"{sum(x > budget for x in lengths)} rows at the budget); outputs identical")
+    for name, log in steps.items():  # where each run's time went, by the rows drawing a token in the step
+        live = [t - (prev if t > prev else 0) for (prev, _), (t, _) in zip([(0, 0)] + log, log)]
+        seconds = [b - a for (_, a), (_, b) in zip(log, log[1:])]  # step i+1's forward, draws and any joins
+        bands = [(1, slots // 4), (slots // 4 + 1, 3 * slots // 4), (3 * slots // 4 + 1, slots)]
+        where = [(sum(b0 <= r <= b1 for r in live[1:]), sum(s for r, s in zip(live[1:], seconds) if b0 <= r <= b1))
+                 for b0, b1 in bands]
+        print(f"  {name}: {len(log)} steps, {n_tokens / len(log):.1f} rows a step; steps of "
+              + ", ".join(f"{b0}-{b1} rows: {n} taking {s:.1f} s" for (b0, b1), (n, s) in zip(bands, where)))
     times = {name: [] for name in runs}
     for _ in range(args.repeats):  # alternated, medians
         for name, run in runs.items():
@@ -432,7 +487,7 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: both sample (rollouts do)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per setting, alternating (medians reported)")
-    ap.add_argument("--kernels", action="store_true", help="only time the one-row kernels model.Linear picks from")
+    ap.add_argument("--kernels", action="store_true", help="only time the CPU products model.Linear picks from")
     ap.add_argument("--ragged", action="store_true", help="only the ragged workload: continuous batching vs chunks")
     ap.add_argument("--ragged-budget", type=int, default=256, help="--ragged: the generation budget")
     ap.add_argument("--throughput", action="store_true", help="only the GPU throughput workloads (nano-vllm, RL)")
@@ -445,7 +500,8 @@ def main():
         sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
     torch.set_num_threads(args.threads)
     if args.kernels:
-        return one_row_kernels(args.threads)
+        one_row_kernels(args.threads)
+        return few_row_kernels()
     if args.ragged:
         return ragged(args)
     if args.sampling:

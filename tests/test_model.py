@@ -263,6 +263,38 @@ def test_linear_single_row_path_equals_f_linear(dtype, bias, amx, monkeypatch):
         assert layer.float()(torch.randn(1, 64)).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_few_float32_rows_take_the_weight_left_product(bias, monkeypatch):
+    """8-48 float32 rows against a weight of 2**20 entries or more go to W @ x.T (FP32_ROWS_WEIGHT_LEFT);
+    fewer or more rows, a smaller weight, bf16 or autocast take F.linear. Values and gradients are F.linear's,
+    and the output is row-major like F.linear's."""
+    linear = torch.nn.functional.linear
+    calls = []
+    monkeypatch.setattr(qwen3.F, "linear", lambda *a: calls.append(1) or linear(*a))
+    torch.manual_seed(0)
+    big, small = qwen3.Linear(1024, 1024, bias=bias), qwen3.Linear(1024, 1023, bias=bias)  # 2**20: the bound
+    cases = [(big, (8, 1024), False), (big, (13, 1, 1024), False), (big, (2, 24, 1024), False),
+             (big, (48, 1024), False), (big, (7, 1024), True), (big, (49, 1, 1024), True),
+             (small, (13, 1024), True)]
+    for layer, shape, takes_f_linear in cases:
+        x = torch.randn(shape, requires_grad=True)
+        calls.clear()
+        y = layer(x)
+        assert len(calls) == takes_f_linear, (layer.weight.shape, shape)
+        assert y.shape == (*shape[:-1], layer.out_features) and y.is_contiguous()
+        x_ref = x.detach().clone().requires_grad_()
+        y_ref = linear(x_ref, layer.weight, layer.bias)
+        torch.testing.assert_close(y, y_ref, atol=1e-4, rtol=1e-4)  # sums of 1,024 products in another order
+        y.square().sum().backward()
+        y_ref.square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-3, rtol=1e-4)
+    calls.clear()
+    big.to(torch.bfloat16)(torch.randn(13, 1024, dtype=torch.bfloat16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        big.float()(torch.randn(13, 1024))
+    assert len(calls) == 2
+
+
 # -----------------------------------------------------------------------------
 # KV cache
 
