@@ -378,7 +378,7 @@ def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
 BF16_ROW_MV = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
 # MKL's float32 GEMM (x @ W.T) has a cliff at a few rows against a large weight: on an AMD EPYC 13 rows of
 # Qwen3's lm_head took 2.2x the time of 16. The same product with the weight on the left (W @ x.T) has none:
-# a decode step of 8-48 rows at the 0.6B widths ran 1.0-2.1x faster, 2 rows 2.5x slower (--kernels).
+# a decode step of 8-48 rows at the 0.6B widths ran 1.0-2.1x faster; 2 rows are about 2x slower (--kernels).
 FP32_ROWS_WEIGHT_LEFT = (8, 48)  # rows, inclusive; for weights of at least 2**20 entries
 WEIGHT_LEFT_MIN_SIZE = 2**20
 
