@@ -77,22 +77,29 @@ def one_row_kernels(threads, repeats=5, total_bytes=600 * 2**20):
 
 
 def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
-    """float32 products of a few rows, F.linear (x @ W.T) against the weight on the left (W @ x.T, what
-    model.Linear picks for FP32_ROWS_WEIGHT_LEFT rows), alternated, medians; then a whole decode step of 6
-    layers of the 0.6B widths (full vocabulary, 200-token cache) with the choice on and off."""
-    left = lambda x, w: (w @ x.T).T.contiguous()  # noqa: E731  (model.Linear's product, inlined to time it alone)
-    on = M.FP32_ROWS_WEIGHT_LEFT
+    """float32 products of a few rows through model.Linear, its weight-left product (W @ x.T) turned on at every
+    row count against off (F.linear, x @ W.T), alternated, medians; then a whole decode step of 6 layers of the
+    0.6B widths (full vocabulary, 200-token cache) with FP32_ROWS_WEIGHT_LEFT as it is against off."""
+    on, everywhere, nowhere = M.FP32_ROWS_WEIGHT_LEFT, (2, 64), (0, -1)  # model.Linear's own choice, toggled
     for n_out, n_in, name in [(151936, 1024, "lm_head"), (3072, 1024, "mlp up"), (1024, 3072, "mlp down")]:
-        weights = [torch.randn(n_out, n_in) for _ in range(max(1, 2**28 // (4 * n_out * n_in)))]  # 256 MB: memory
+        layers = [torch.nn.utils.skip_init(M.Linear, n_in, n_out, bias=False)
+                  for _ in range(max(1, 2**28 // (4 * n_out * n_in)))]  # 256 MB of weights: read from memory
+        for layer in layers:
+            torch.nn.init.normal_(layer.weight)
         ratios = []
         for b in batches:
-            x = torch.randn(b, n_in)
-            t = {"linear": [], "left": []}
+            x, t = torch.randn(b, n_in), {everywhere: [], nowhere: []}
+
+            @torch.inference_mode()
+            def products(choice):
+                M.FP32_ROWS_WEIGHT_LEFT = choice
+                return [layer(x) for layer in layers]
             for _ in range(repeats):
-                t["linear"].append(timed(lambda: [torch.nn.functional.linear(x, w) for w in weights]))
-                t["left"].append(timed(lambda: [left(x, w) for w in weights]))
-            ratios.append(f"{b}: {statistics.median(t['linear']) / statistics.median(t['left']):.2f}x"
+                for choice in t:
+                    t[choice].append(timed(lambda: products(choice)))
+            ratios.append(f"{b}: {statistics.median(t[nowhere]) / statistics.median(t[everywhere]):.2f}x"
                           + ("*" if on[0] <= b <= on[1] else ""))
+        M.FP32_ROWS_WEIGHT_LEFT = on
         print(f"({n_out}, {n_in}) float32 {name}, F.linear time / W @ x.T time by rows: " + ", ".join(ratios))
     print(f"  (* rows model.Linear sends to W @ x.T: FP32_ROWS_WEIGHT_LEFT = {on})")
     config = M.Qwen3Config(num_hidden_layers=6)
@@ -100,7 +107,7 @@ def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
     model, context = M.Qwen3(config).eval(), 200
     for b in batches:
         cache = model.new_cache(b, context + 1)
-        token, t, logits = torch.randint(0, 1000, (b, 1)), {on: [], (0, -1): []}, {}
+        token, t, logits = torch.randint(0, 1000, (b, 1)), {on: [], nowhere: []}, {}
 
         @torch.inference_mode()
         def step(choice):  # the choice on or off, at the same 200-token cache each time
@@ -112,10 +119,10 @@ def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
             for choice in t:
                 t[choice].append(timed(lambda: step(choice)))
         M.FP32_ROWS_WEIGHT_LEFT = on
-        same = bool((logits[on].argmax(-1) == logits[(0, -1)].argmax(-1)).all())
-        print(f"decode step, 6 float32 layers, {b:2d} rows: {statistics.median(t[(0, -1)]) * 1e3:6.1f} ms F.linear "
+        same = bool((logits[on].argmax(-1) == logits[nowhere].argmax(-1)).all())
+        print(f"decode step, 6 float32 layers, {b:2d} rows: {statistics.median(t[nowhere]) * 1e3:6.1f} ms F.linear "
               f"everywhere, {statistics.median(t[on]) * 1e3:6.1f} ms as model.Linear picks "
-              f"({statistics.median(t[(0, -1)]) / statistics.median(t[on]):.2f}x); greedy tokens the same: {same}")
+              f"({statistics.median(t[nowhere]) / statistics.median(t[on]):.2f}x); greedy tokens the same: {same}")
 
 
 def build_pair(config, dtype):
