@@ -207,6 +207,20 @@ class KVCache:
     def advance(self, T):  # after a forward: the T tokens are in
         self.length += T
 
+    def rows(self, start, end):
+        """The cache of rows [start, end), sharing this one's memory: a large batch can be prefilled in pieces."""
+        view = KVCache.__new__(KVCache)
+        view.k, view.v, view.pad, view.length = self.k[:, start:end], self.v[:, start:end], self.pad[start:end], self.length
+        return view
+
+    def compact(self, keep):
+        """Keep rows `keep` (increasing) by moving them to the front in place: a copy would double the cache's
+        peak memory. The storage keeps its size; the rows after the kept ones leave the cache."""
+        for t in (self.k, self.v):
+            for p in range(t.shape[0]):  # keep[i] >= i, and a pass's kept rows are read whole before any write
+                t[p, :len(keep)] = t[p, keep]
+        self.k, self.v, self.pad = self.k[:, :len(keep)], self.v[:, :len(keep)], self.pad[keep]
+
     def select(self, rows):
         """Keep (or repeat) rows: compacts finished rows away, or copies a prompt's prefill n times."""
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.pad.device)

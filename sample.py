@@ -251,9 +251,13 @@ def plan_chunks(prompts, n, max_new_tokens, token_budget):
 # Generation
 
 
+PREFILL_TOKENS = 8192  # prompt tokens per prefill forward: bounds its activations (attention scores grow as rows x L^2)
+
+
 def prefill(model, prompts, n, room, pad_id):
     """Left-pad and prefill the prompts once each, then repeat each prompt's cache row n times (a group shares
-    its prefill); returns (cache with `room` free slots, next-token logits (B * n, vocab))."""
+    its prefill); returns (cache with `room` free slots, next-token logits (B * n, vocab)). Rows go through the
+    model PREFILL_TOKENS at a time, each piece written into its rows of the one cache."""
     device = model.lm_head.weight.device
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
@@ -261,7 +265,10 @@ def prefill(model, prompts, n, room, pad_id):
         ids[b, L - len(p):] = torch.tensor(p)
     cache = model.new_cache(B, L + room)
     cache.pad = torch.tensor([L - len(p) for p in prompts], device=device)
-    logits = model(ids.to(device), cache=cache, last_only=True)[:, -1]  # (B, vocab): one prefill per prompt
+    piece = max(1, PREFILL_TOKENS // L)
+    logits = torch.cat([model(ids[i:i + piece].to(device), cache=cache.rows(i, i + piece), last_only=True)[:, -1]
+                        for i in range(0, B, piece)])  # (B, vocab): one prefill per prompt
+    cache.advance(L)
     if n > 1:
         rows = torch.arange(B, device=device).repeat_interleave(n)
         cache.select(rows)
@@ -289,7 +296,7 @@ def decode_step(decode, cache, live, token, row_result, pad_id):
     next_token[live] = token
     if int((row_result < 0).sum()) >= 0.25 * cache.batch_size:
         keep = (row_result >= 0).nonzero().squeeze(-1)
-        cache.select(keep)
+        cache.compact(keep)
         row_result, next_token = row_result[keep], next_token[keep]
     return decode(next_token[:, None], cache=cache, last_only=True)[:, -1], row_result
 

@@ -19,6 +19,7 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python benchmarks/bench_sample.py --device cuda --throughput  # nano-vllm- and RL-shaped workloads, roof
     python benchmarks/bench_sample.py --profile --temperature 1 --batches 1 32 --new-tokens 16
                                              # a decode step op by op, ours against transformers
+    python benchmarks/bench_sample.py --memory   # a large tiny-world generate: peak memory, before and now
 
 --ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
 (log-normal, median an eighth of the budget) with 10% of the rows running to the budget, through 6 layers of
@@ -28,7 +29,11 @@ CUDA graph), same outputs asserted.
 """
 
 import argparse
+import hashlib
+import json
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -236,6 +241,50 @@ def ragged(args):
     for name, t in times.items():
         print(f"  {name:>18}: {n_tokens / statistics.median(t):7.1f} tok/s, {base / statistics.median(t):.2f}x "
               f"the chunks (median of {args.repeats})")
+
+
+def memory(args):
+    """One large sampled generate on the tiny world, as a rounds.py deliberation makes (the first --memory-rows
+    tiny_ladder_train problems, 128 new tokens at temperature 1, one chunk): peak resident memory above the
+    loaded model, and wall time, now against the sampler before (every row in one prefill forward; finished rows
+    compacted by copying the cache). Each run is a fresh process, so its peak is its own; alternated, medians."""
+    runs = {"before": [], "now": []}
+    for _ in range(args.repeats):
+        for arm, results in runs.items():
+            out = subprocess.run([sys.executable, __file__, "--memory-arm", arm, "--memory-rows", str(args.memory_rows),
+                                  "--threads", str(args.threads)], capture_output=True, text=True, check=True)
+            results.append(json.loads(out.stdout.splitlines()[-1]))
+    assert len({r["digest"] for rs in runs.values() for r in rs}) == 1, "the completions differ"
+    first = runs["now"][0]
+    print(f"memory: {args.memory_rows} tiny_ladder_train prompts (longest {first['longest']} tokens), 128 new tokens "
+          f"at T = 1, {args.threads} threads; KV cache {first['cache_gib']:.2f} GiB; {first['tokens']} tokens, "
+          f"completions identical")
+    for arm, rs in runs.items():
+        peak, seconds = statistics.median(r["peak_gib"] for r in rs), statistics.median(r["seconds"] for r in rs)
+        print(f"  {arm:>6}: peak {peak:.2f} GiB above the loaded model ({peak / first['cache_gib']:.1f}x the cache), "
+              f"{seconds:.1f} s (medians of {args.repeats})")
+
+
+def memory_arm(args):
+    """One --memory run in this process; prints its figures as a JSON line."""
+    import problems as P
+    model, tokenizer = M.load_model("tiny"), M.load_tokenizer("tiny")
+    if args.memory_arm == "before":
+        S.PREFILL_TOKENS = 2**62  # one forward for every row
+        M.KVCache.compact = M.KVCache.select  # the same rows, copied into a new cache
+    prompts = [tokenizer.encode(P.format_prompt(p["problem"], "base"))
+               for p in P.load_problems("tiny_ladder_train", limit=args.memory_rows)]
+    resident = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+    t = time.perf_counter()
+    out = generate(model, prompts, 128, temperature=1.0, seed=0, pad_id=tokenizer.pad_id,
+                   stop_token_ids=tokenizer.stop_token_ids(chat=False))
+    seconds = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+    longest = max(map(len, prompts))
+    cache = len(prompts) * (longest + 128) * S.kv_bytes_per_token(model)
+    print(json.dumps(dict(peak_gib=(peak - resident) / 2**30, seconds=seconds, cache_gib=cache / 2**30, longest=longest,
+                          tokens=sum(len(c.tokens) for c in out),
+                          digest=hashlib.sha256(repr([c.tokens for c in out]).encode()).hexdigest())))
 
 
 def throughput(args):
@@ -502,6 +551,9 @@ def main():
     ap.add_argument("--layers", type=int, default=28, help="layers of the 0.6B widths (also --sampling's step)")
     ap.add_argument("--profile", action="store_true", help="only a decode step op by op, ours against transformers")
     ap.add_argument("--top-ops", type=int, default=12, help="--profile: the ops listed one by one")
+    ap.add_argument("--memory", action="store_true", help="only a large tiny-world generate's peak memory and time")
+    ap.add_argument("--memory-rows", type=int, default=3000, help="--memory: the prompts (rows) in its one chunk")
+    ap.add_argument("--memory-arm", choices=["before", "now"], help=argparse.SUPPRESS)  # one --memory run
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"bench_sample.py: --device {args.device}, but this torch sees no CUDA device")
@@ -517,6 +569,10 @@ def main():
         return throughput(args)
     if args.profile:
         return profile_steps(args)
+    if args.memory_arm:
+        return memory_arm(args)
+    if args.memory:
+        return memory(args)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=256, intermediate_size=768, vocab_size=8192) if args.quick \
         else M.Qwen3Config(num_hidden_layers=args.layers)
     ours, ref = build_pair(config, torch.bfloat16)

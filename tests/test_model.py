@@ -4,6 +4,7 @@ checkpoint I/O in both directions, config parsing, parameter/FLOP counts, the KV
 log-prob path, the tokenizer, clear errors on bad inputs, and a real download over loopback HTTP.
 """
 
+import copy
 import dataclasses
 import http.server
 import json
@@ -336,6 +337,45 @@ def test_kv_cache_left_padded_ragged_batch_matches_each_row_alone():
             alone = m(torch.tensor([row + nxt[b].tolist()]))[0]
             assert_logits_close(prefill[b, pad[b]:], alone[:len(row)], atol=1e-5)
             assert_logits_close(decode[b], alone[len(row):], atol=1e-5)
+
+
+def test_kv_cache_compact_moves_the_kept_rows_in_place():
+    """compact(keep) leaves the rows select(keep) would, in the same storage (no second copy of the cache), and
+    the next step's logits are select's."""
+    m = tiny_ours()
+    rows = [ids_for((n,), seed=s).tolist() for n, s in ((5, 11), (2, 12), (7, 13), (4, 14))]
+    prompt, pad = left_padded(rows)
+    nxt = ids_for((4, 1), seed=15)
+    with torch.no_grad():
+        cache = m.new_cache(4, 10)
+        cache.pad = pad
+        m(prompt, cache)
+        copied = copy.deepcopy(cache)
+        storage = cache.k.untyped_storage().data_ptr(), cache.v.untyped_storage().data_ptr()
+        keep = torch.tensor([1, 2, 3])
+        copied.select(keep)
+        cache.compact(keep)
+        assert (cache.k.untyped_storage().data_ptr(), cache.v.untyped_storage().data_ptr()) == storage
+        assert torch.equal(cache.k, copied.k) and torch.equal(cache.v, copied.v)
+        assert cache.pad.tolist() == [5, 0, 3] and cache.batch_size == 3 and cache.length == 7
+        assert torch.equal(m(nxt[keep], cache), m(nxt[keep], copied))
+        assert cache.length == 8 and torch.equal(cache.k, copied.k)
+
+
+def test_kv_cache_rows_is_a_view_a_prefill_fills_in_pieces():
+    """Prefilling rows [0, 2) and [2, 3) through cache.rows writes the one cache a single forward writes."""
+    m = tiny_ours()
+    rows = [ids_for((n,), seed=s).tolist() for n, s in ((6, 21), (3, 22), (5, 23))]
+    prompt, pad = left_padded(rows)
+    with torch.no_grad():
+        whole, pieces = m.new_cache(3, 8), m.new_cache(3, 8)
+        whole.pad, pieces.pad = pad, pad.clone()
+        expect = m(prompt, whole)
+        got = torch.cat([m(prompt[:2], pieces.rows(0, 2)), m(prompt[2:], pieces.rows(2, 3))])
+        pieces.advance(prompt.shape[1])
+    assert_logits_close(got, expect, atol=1e-5)
+    assert pieces.length == whole.length == 6
+    assert torch.allclose(pieces.k, whole.k, atol=1e-6) and torch.allclose(pieces.v, whole.v, atol=1e-6)
 
 
 def test_kv_cache_select_repeats_and_compacts_rows():

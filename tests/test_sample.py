@@ -105,6 +105,28 @@ def test_n_samples_share_one_prefill(tiny, monkeypatch):
     assert widths[1] == (15, 1)  # then n rows per prompt decode from the copied cache
 
 
+def test_a_large_prefill_runs_in_pieces_with_the_same_completions(tiny, monkeypatch):
+    """Past PREFILL_TOKENS prompt tokens a prefill runs in row pieces (each forward at most that many tokens, so
+    its activations stay bounded); the cache, logits and completions are the single forward's."""
+    model, _ = tiny
+    prompts = random_prompts([5, 9, 13, 2, 7])
+    whole_cache, whole_logits = S.prefill(model, prompts, 3, 4, 0)
+    whole = [S.generate(model, prompts, 12, temperature=t, n=3, seed=5) for t in (0, 1.0)]
+    monkeypatch.setattr(S, "PREFILL_TOKENS", 2 * 13)  # two rows of the longest prompt per forward
+    widths = []
+    real_forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda ids, cache=None, last_only=False: (
+        widths.append(tuple(ids.shape)), real_forward(ids, cache=cache, last_only=last_only))[1])
+    cache, logits = S.prefill(model, prompts, 3, 4, 0)
+    assert widths == [(2, 13), (2, 13), (1, 13)]
+    assert cache.length == whole_cache.length == 13 and torch.equal(cache.pad, whole_cache.pad)
+    assert torch.allclose(logits, whole_logits, atol=1e-5)
+    assert torch.allclose(cache.k, whole_cache.k, atol=1e-6) and torch.allclose(cache.v, whole_cache.v, atol=1e-6)
+    for t, expect in zip((0, 1.0), whole):
+        got = S.generate(model, prompts, 12, temperature=t, n=3, seed=5)
+        assert [c.tokens for c in got] == [c.tokens for c in expect]
+
+
 def test_stop_tokens_end_rows_independently(tiny):
     model, _ = tiny
     prompts = random_prompts([5, 9, 13, 2])
@@ -134,6 +156,9 @@ def test_finished_rows_are_compacted_out(tiny, monkeypatch):
     n_stopped = sum(o.finish_reason == "stop" for o in out)
     assert n_stopped >= 2, "the test needs rows that stop early"
     assert min(batch_sizes) < len(prompts)  # decode batch shrank once rows finished
+    monkeypatch.setattr(M.KVCache, "select", None)  # n = 1 never repeats rows: compaction must not copy the cache
+    assert [o.tokens for o in S.generate(model, prompts, 20, temperature=0, stop_token_ids=[stop])] == \
+        [o.tokens for o in out]
     assert [o.tokens for o in out] == [f.tokens[:f.tokens.index(stop) + 1] if stop in f.tokens else f.tokens
                                         for f in free]
 
