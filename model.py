@@ -210,7 +210,8 @@ class KVCache:
     def rows(self, start, end):
         """The cache of rows [start, end), sharing this one's memory: a large batch can be prefilled in pieces."""
         view = KVCache.__new__(KVCache)
-        view.k, view.v, view.pad, view.length = self.k[:, start:end], self.v[:, start:end], self.pad[start:end], self.length
+        view.k, view.v, view.pad = self.k[:, start:end], self.v[:, start:end], self.pad[start:end]
+        view.length = self.length
         return view
 
     def compact(self, keep):
