@@ -3,6 +3,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
 
     python benchmarks/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
+    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --mean   # each round's mean over the seeds
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
     python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
 
@@ -99,31 +100,35 @@ def mean_ci(values):
     return f"{mean:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
-def baseline_table(rounds_dirs, baseline_dirs):
-    """Rounds (mean over seeds) beside the baseline at the FLOPs of each round, seed i against seed i."""
+def baseline_table(rounds_dirs, baseline_dirs=None):
+    """Rounds (mean over seeds), beside the baseline at the FLOPs of each round (seed i against seed i) when
+    baseline_dirs are given."""
     runs = [rows_of(d) for d in rounds_dirs]
     configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
     k = configs[0]["eval_samples"] or configs[0]["samples"]
     groups = list(runs[0][0]["fast_by_group"])
     head = ["round", "method", "FLOPs (mean)", "fast, mean [95% t]", f"deliberate@{k}", f"pass@{k}",
-            *[f"fast rung {g}" for g in groups], "baseline steps"]
+            *[f"fast rung {g}" for g in groups], *(["baseline steps"] if baseline_dirs else [])]
     lines = ["| " + " | ".join(head) + " |", "| ---: | --- |" + " ---: |" * (len(head) - 2)]
     n_rounds = min(len(rows) for rows in runs)
     for r in range(n_rounds):
         pairs = []
-        for rows, cfg, base in zip(runs, configs, baseline_dirs):
+        for rows, cfg, base in zip(runs, configs, baseline_dirs or [None] * len(runs)):
             row = rows[r]
+            if base is None:
+                pairs.append((row, None, None))
+                continue
             step, flops = checkpoint_at(base, row["cumulative_flops"]) if r else (0, 0.0)
             pairs.append((row, dict(evaluate_checkpoint(base, step, cfg) if r else row, cumulative_flops=flops), step))
         for name, i in (("rounds", 0), ("Dr. GRPO", 1)):
-            if r == 0 and i:
+            if i and (r == 0 or not baseline_dirs):
                 continue  # round 0 is the starting checkpoint for both
             xs = [p[i] for p in pairs]
-            cells = [str(r), name if r else "start (both)", f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
+            cells = [str(r), name if r or not baseline_dirs else "start (both)", f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
                      mean_ci([x["fast_accuracy"] for x in xs]), mean_ci([x["deliberate_accuracy"] for x in xs]),
                      mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
                      *[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups],
-                     " / ".join(str(p[2]) for p in pairs) if i else "-"]
+                     *([" / ".join(str(p[2]) for p in pairs) if i else "-"] if baseline_dirs else [])]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -199,6 +204,7 @@ if __name__ == "__main__":
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
     ap.add_argument("--temperature", type=float, default=None,
                     help="re-evaluate every round's policy with the deliberate mode at this temperature")
+    ap.add_argument("--mean", action="store_true", help="the mean over the runs (seeds) of each round, 95%% t intervals")
     ap.add_argument("--paired", action="store_true",
                     help="round-to-round rises in both modes, paired over the same problems and seeds")
     args = ap.parse_args()
@@ -209,4 +215,5 @@ if __name__ == "__main__":
     elif args.temperature is not None:
         print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
     else:
-        print(baseline_table(args.runs, args.baseline) if args.baseline else "\n\n".join(table(d) for d in args.runs))
+        print(baseline_table(args.runs, args.baseline) if args.baseline or args.mean
+              else "\n\n".join(table(d) for d in args.runs))

@@ -294,6 +294,27 @@ def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
     assert table.checkpoint_at(tmp_path, 29.0) == (2, 20.0) and table.checkpoint_at(tmp_path, 1e9) == (6, 60.0)
 
 
+def test_mean_table_averages_the_seeds_by_hand(tmp_path):
+    """--mean: each round's mean over the runs with its 95% t interval, no baseline rows and nothing evaluated."""
+    table = load_rounds_table()
+    cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
+
+    def row(r, fast):
+        return dict(round=r, cumulative_flops=1e12 * r, fast_accuracy=fast, fast_by_group={"2": fast},
+                    deliberate_accuracy=fast + 0.1, deliberate_pass_at_k={"pass@4": fast + 0.2})
+    runs = []
+    for seed, fasts in enumerate(([0.2, 0.5], [0.4, 0.7])):
+        run = tmp_path / f"s{seed}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(cfg))
+        (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, f)) + "\n" for r, f in enumerate(fasts)))
+        runs.append(run)
+    lines = table.baseline_table(runs).splitlines()
+    assert len(lines) == 4 and "baseline" not in lines[0]  # head, rule, rounds 0 and 1: no Dr. GRPO rows
+    # round 1: fast 0.5 and 0.7, mean 0.6, sd 0.1414; t(1 df) = 12.706, half-width 12.706 * 0.1414 / sqrt(2) = 1.27
+    assert lines[3] == "| 1 | rounds | 1.00e+12 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] | 0.60 |"
+
+
 def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
     """With --frontier the RL phase draws from the rungs the round deliberated on, not from the whole ladder."""
     seen = {}
