@@ -9,9 +9,10 @@ ordinary RLVR baseline beside them at equal FLOPs.
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
-the rounds count deliberation + distillation; evaluation excluded in both) are nearest the round's. That
-checkpoint is evaluated once by `rounds.py --rounds 0` with the rounds run's own evaluation flags (the same
-validation problems, fast greedy and the same deliberate mode, k and temperature), cached in
+the rounds count deliberation + distillation; evaluation excluded in both) are nearest the round's; a round
+with no checkpoint within 10% of its FLOPs on every seed gets no baseline row. That checkpoint is evaluated
+once by `rounds.py --rounds 0` with the rounds run's own evaluation flags (the same validation problems,
+fast greedy and the same deliberate mode, k and temperature), cached in
 <baseline>/rounds_eval/<hash of those flags>/step_N.
 
 With --paired, each round's rise over the round before, in both modes, from the saved evaluation records
@@ -100,7 +101,10 @@ def mean_ci(values):
     return f"{mean:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
-def baseline_table(rounds_dirs, baseline_dirs=None):
+FLOPS_MATCH = 0.1  # a baseline checkpoint stands for a round when its FLOPs are within 10% of the round's
+
+
+def baseline_table(rounds_dirs, baseline_dirs=()):
     """Rounds (mean over seeds), beside the baseline at the FLOPs of each round (seed i against seed i) when
     baseline_dirs are given."""
     runs = [rows_of(d) for d in rounds_dirs]
@@ -110,26 +114,28 @@ def baseline_table(rounds_dirs, baseline_dirs=None):
     head = ["round", "method", "FLOPs (mean)", "fast, mean [95% t]", f"deliberate@{k}", f"pass@{k}",
             *[f"fast rung {g}" for g in groups], *(["baseline steps"] if baseline_dirs else [])]
     lines = ["| " + " | ".join(head) + " |", "| ---: | --- |" + " ---: |" * (len(head) - 2)]
-    n_rounds = min(len(rows) for rows in runs)
-    for r in range(n_rounds):
-        pairs = []
-        for rows, cfg, base in zip(runs, configs, baseline_dirs or [None] * len(runs)):
-            row = rows[r]
-            if base is None:
-                pairs.append((row, None, None))
-                continue
-            step, flops = checkpoint_at(base, row["cumulative_flops"]) if r else (0, 0.0)
-            pairs.append((row, dict(evaluate_checkpoint(base, step, cfg) if r else row, cumulative_flops=flops), step))
-        for name, i in (("rounds", 0), ("Dr. GRPO", 1)):
-            if i and (r == 0 or not baseline_dirs):
-                continue  # round 0 is the starting checkpoint for both
-            xs = [p[i] for p in pairs]
-            cells = [str(r), name if r or not baseline_dirs else "start (both)", f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
+    unmatched = []  # rounds no baseline checkpoint comes within FLOPS_MATCH of, on some seed
+    for r in range(min(len(rows) for rows in runs)):
+        # round 0 is the starting checkpoint for both
+        methods = [("start (both)" if baseline_dirs and not r else "rounds", [rows[r] for rows in runs], "-")]
+        at = [checkpoint_at(base, rows[r]["cumulative_flops"]) for rows, base in zip(runs, baseline_dirs)] if r else []
+        if any(abs(flops - rows[r]["cumulative_flops"]) > FLOPS_MATCH * rows[r]["cumulative_flops"]
+               for rows, (_, flops) in zip(runs, at)):
+            unmatched.append(r)
+        elif at:
+            methods.append(("Dr. GRPO", [dict(evaluate_checkpoint(base, step, cfg), cumulative_flops=flops)
+                                         for base, cfg, (step, flops) in zip(baseline_dirs, configs, at)],
+                            " / ".join(str(step) for step, _ in at)))
+        for name, xs, steps in methods:
+            cells = [str(r), name, f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
                      mean_ci([x["fast_accuracy"] for x in xs]), mean_ci([x["deliberate_accuracy"] for x in xs]),
                      mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
                      *[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups],
-                     *([" / ".join(str(p[2]) for p in pairs) if i else "-"] if baseline_dirs else [])]
+                     *([steps] if baseline_dirs else [])]
             lines.append("| " + " | ".join(cells) + " |")
+    if unmatched:
+        lines.append(f"\nNo baseline row for rounds {', '.join(map(str, unmatched))}: no saved checkpoint within "
+                     f"{FLOPS_MATCH:.0%} of their FLOPs on every seed (train the baseline longer).")
     return "\n".join(lines)
 
 
@@ -204,7 +210,7 @@ if __name__ == "__main__":
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
     ap.add_argument("--temperature", type=float, default=None,
                     help="re-evaluate every round's policy with the deliberate mode at this temperature")
-    ap.add_argument("--mean", action="store_true", help="the mean over the runs (seeds) of each round, 95%% t intervals")
+    ap.add_argument("--mean", action="store_true", help="each round's mean over the runs (seeds), 95%% t intervals")
     ap.add_argument("--paired", action="store_true",
                     help="round-to-round rises in both modes, paired over the same problems and seeds")
     args = ap.parse_args()

@@ -312,7 +312,32 @@ def test_mean_table_averages_the_seeds_by_hand(tmp_path):
     lines = table.baseline_table(runs).splitlines()
     assert len(lines) == 4 and "baseline" not in lines[0]  # head, rule, rounds 0 and 1: no Dr. GRPO rows
     # round 1: fast 0.5 and 0.7, mean 0.6, sd 0.1414; t(1 df) = 12.706, half-width 12.706 * 0.1414 / sqrt(2) = 1.27
-    assert lines[3] == "| 1 | rounds | 1.00e+12 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] | 0.60 |"
+    assert lines[3] == ("| 1 | rounds | 1.00e+12 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] "
+                        "| 0.60 |")
+
+
+def test_baseline_rows_only_where_a_checkpoint_matches_the_rounds_flops(tmp_path, monkeypatch):
+    """A round past the baseline's last checkpoint gets no Dr. GRPO row (the nearest one would not be equal
+    FLOPs), and the table says so."""
+    table = load_rounds_table()
+    cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
+
+    def row(r, flops, fast):
+        return dict(round=r, cumulative_flops=flops, fast_accuracy=fast, fast_by_group={"2": fast},
+                    deliberate_accuracy=fast, deliberate_pass_at_k={"pass@4": fast})
+    run, base = tmp_path / "rounds", tmp_path / "base"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, f, 0.5)) + "\n" for r, f in enumerate((0, 42, 100))))
+    (base / "checkpoints").mkdir(parents=True)
+    (base / "metrics.jsonl").write_text("".join(json.dumps(dict(step=s, flops=10.0 * s)) + "\n" for s in range(1, 7)))
+    for s in (2, 4, 6):
+        (base / "checkpoints" / f"step_{s}").mkdir()
+    monkeypatch.setattr(table, "evaluate_checkpoint", lambda run_dir, step, config: row(0, 0, step / 10))
+    lines = table.baseline_table([run], [base]).splitlines()
+    assert [line.split(" | ")[1] for line in lines[2:6]] == ["start (both)", "rounds", "Dr. GRPO", "rounds"]
+    assert lines[4].startswith("| 1 | Dr. GRPO | 4.00e+01 | 0.400 |") and lines[4].endswith("| 4 |")  # 40 of 42
+    assert lines[-1].startswith("No baseline row for rounds 2:")  # 60 is not within 10% of 100
 
 
 def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
