@@ -104,7 +104,7 @@ def mean_ci(values):
 FLOPS_MATCH = 0.1  # a baseline checkpoint stands for a round when its FLOPs are within 10% of the round's
 
 
-def baseline_table(rounds_dirs, baseline_dirs=()):
+def mean_table(rounds_dirs, baseline_dirs=()):
     """Rounds (mean over seeds), beside the baseline at the FLOPs of each round (seed i against seed i) when
     baseline_dirs are given."""
     runs = [rows_of(d) for d in rounds_dirs]
@@ -221,5 +221,5 @@ if __name__ == "__main__":
     elif args.temperature is not None:
         print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
     else:
-        print(baseline_table(args.runs, args.baseline) if args.baseline or args.mean
+        print(mean_table(args.runs, args.baseline) if args.baseline or args.mean
               else "\n\n".join(table(d) for d in args.runs))

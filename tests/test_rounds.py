@@ -309,7 +309,7 @@ def test_mean_table_averages_the_seeds_by_hand(tmp_path):
         (run / "config.json").write_text(json.dumps(cfg))
         (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, f)) + "\n" for r, f in enumerate(fasts)))
         runs.append(run)
-    lines = table.baseline_table(runs).splitlines()
+    lines = table.mean_table(runs).splitlines()
     assert len(lines) == 4 and "baseline" not in lines[0]  # head, rule, rounds 0 and 1: no Dr. GRPO rows
     # round 1: fast 0.5 and 0.7, mean 0.6, sd 0.1414; t(1 df) = 12.706, half-width 12.706 * 0.1414 / sqrt(2) = 1.27
     assert lines[3] == ("| 1 | rounds | 1.00e+12 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] "
@@ -334,7 +334,7 @@ def test_baseline_rows_only_where_a_checkpoint_matches_the_rounds_flops(tmp_path
     for s in (2, 4, 6):
         (base / "checkpoints" / f"step_{s}").mkdir()
     monkeypatch.setattr(table, "evaluate_checkpoint", lambda run_dir, step, config: row(0, 0, step / 10))
-    lines = table.baseline_table([run], [base]).splitlines()
+    lines = table.mean_table([run], [base]).splitlines()
     assert [line.split(" | ")[1] for line in lines[2:6]] == ["start (both)", "rounds", "Dr. GRPO", "rounds"]
     assert lines[4].startswith("| 1 | Dr. GRPO | 4.00e+01 | 0.400 |") and lines[4].endswith("| 4 |")  # 40 of 42
     assert lines[-1].startswith("No baseline row for rounds 2:")  # 60 is not within 10% of 100
