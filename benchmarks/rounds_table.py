@@ -221,5 +221,5 @@ if __name__ == "__main__":
     elif args.temperature is not None:
         print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
     else:
-        print(mean_table(args.runs, args.baseline) if args.baseline or args.mean
+        print(mean_table(args.runs, args.baseline or ()) if args.baseline or args.mean
               else "\n\n".join(table(d) for d in args.runs))

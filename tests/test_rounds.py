@@ -3,6 +3,8 @@ after an interrupted round, bad flags and pools."""
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -314,6 +316,11 @@ def test_mean_table_averages_the_seeds_by_hand(tmp_path):
     # round 1: fast 0.5 and 0.7, mean 0.6, sd 0.1414; t(1 df) = 12.706, half-width 12.706 * 0.1414 / sqrt(2) = 1.27
     assert lines[3] == ("| 1 | rounds | 1.00e+12 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] "
                         "| 0.60 |")
+    # the command line gives the same table (it once crashed on `--mean` alone while mean_table passed)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "rounds_table.py"
+    shell = subprocess.run([sys.executable, str(script), *map(str, runs), "--mean"], capture_output=True, text=True)
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.splitlines() == lines
 
 
 def test_baseline_rows_only_where_a_checkpoint_matches_the_rounds_flops(tmp_path, monkeypatch):
