@@ -6,6 +6,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --mean   # each round's mean over the seeds
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
     python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
+    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -18,6 +19,9 @@ fast greedy and the same deliberate mode, k and temperature), cached in
 With --paired, each round's rise over the round before, in both modes, from the saved evaluation records
 (round_N/eval/{fast,deliberate}/records.jsonl): the mean over seeds and validation problems of the change in
 correctness, and its 95% percentile bootstrap interval over problems, a problem's seeds resampled together.
+
+With --after (train_rl.py runs started from each rounds run's last round, `--model <run>/round_N`), each
+checkpoint they all saved is evaluated as --baseline's are and set beside round N, with its paired rise over it.
 """
 
 import argparse
@@ -62,14 +66,18 @@ def table(run_dir):
 # The RLVR baseline at equal FLOPs
 
 
-def checkpoint_at(run_dir, flops):
-    """(step, its cumulative FLOPs) of the saved checkpoint of a train_rl run nearest to `flops`."""
+def saved_checkpoints(run_dir):
+    """{step: cumulative FLOPs} of the checkpoints a train_rl run saved."""
     run_dir = Path(run_dir)
     at = {r["step"]: r["flops"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
           if "flops" in r}
-    steps = [int(p.name[5:]) for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit()]
-    step = min(steps, key=lambda s: abs(at[s] - flops))
-    return step, at[step]
+    return {int(p.name[5:]): at[int(p.name[5:])] for p in (run_dir / "checkpoints").glob("step_*")
+            if p.name[5:].isdigit()}
+
+
+def checkpoint_at(run_dir, flops):
+    """(step, its cumulative FLOPs) of the saved checkpoint of a train_rl run nearest to `flops`."""
+    return min(saved_checkpoints(run_dir).items(), key=lambda s: abs(s[1] - flops))
 
 
 def evaluate_with(model, out, rounds_config, **override):
@@ -86,13 +94,18 @@ def evaluate_with(model, out, rounds_config, **override):
     return rows_of(out)[0]
 
 
-def evaluate_checkpoint(run_dir, step, rounds_config):
-    """The baseline's checkpoint evaluated by the rounds run's protocol, cached per protocol (its settings' hash),
-    so rounds runs that evaluate differently (e.g. another temperature) never share an evaluation."""
+def evaluation_dir(run_dir, step, rounds_config):
+    """Where a train_rl checkpoint's evaluation by a rounds run's protocol is cached: per protocol (its settings'
+    hash), so rounds runs that evaluate differently (e.g. another temperature) never share an evaluation."""
     import hashlib
     key = hashlib.sha1(json.dumps({k: rounds_config[k] for k in EVAL_FLAGS}, sort_keys=True).encode()).hexdigest()[:8]
+    return Path(run_dir) / "rounds_eval" / key / f"step_{step}"
+
+
+def evaluate_checkpoint(run_dir, step, rounds_config):
+    """The baseline's checkpoint evaluated by the rounds run's protocol (row 0 of its evaluation)."""
     return evaluate_with(Path(run_dir) / "checkpoints" / f"step_{step}",
-                         Path(run_dir) / "rounds_eval" / key / f"step_{step}", rounds_config)
+                         evaluation_dir(run_dir, step, rounds_config), rounds_config)
 
 
 def mean_ci(values):
@@ -178,6 +191,50 @@ def paired_table(run_dirs):
 
 
 # -----------------------------------------------------------------------------
+# An RL phase after the last round, against the last round, paired
+
+
+def after_table(rounds_dirs, after_dirs):
+    """Each train_rl run in after_dirs continued from the last round's policy of the rounds run beside it (seed i
+    on seed i): every checkpoint all of them saved, evaluated by the rounds' own protocol, its FLOPs added to the
+    rounds', and its rise over the last round in both modes, paired over problems and seeds."""
+    runs = [rows_of(d) for d in rounds_dirs]
+    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    last = min(len(rows) for rows in runs) - 1
+    for rounds_dir, after_dir in zip(rounds_dirs, after_dirs):  # a mispaired run would compare other policies
+        start = json.loads((Path(after_dir) / "config.json").read_text())["model"]
+        if Path(start).resolve() != (Path(rounds_dir) / f"round_{last}").resolve():
+            raise ValueError(f"--after: {after_dir} starts from {start}, not {rounds_dir}/round_{last}")
+    k = configs[0]["eval_samples"] or configs[0]["samples"]
+    groups = list(runs[0][0]["fast_by_group"])
+    head = ["policy", "FLOPs (mean)", "fast, mean [95% t]", "fast rise [95% bootstrap]", f"deliberate@{k}",
+            "deliberate rise [95% bootstrap]", f"pass@{k}", *[f"fast rung {g}" for g in groups]]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    before = {mode: [correct_by_id(d, last, mode) for d in rounds_dirs] for mode in ("fast", "deliberate")}
+    saved = [saved_checkpoints(d) for d in after_dirs]
+    policies = [(f"round {last}", [rows[last] for rows in runs], None)]
+    for step in sorted(set.intersection(*[set(x) for x in saved])):
+        dirs = [evaluation_dir(d, step, cfg) for d, cfg in zip(after_dirs, configs)]
+        xs = [dict(evaluate_checkpoint(d, step, cfg), cumulative_flops=rows[last]["cumulative_flops"] + at[step])
+              for d, cfg, rows, at in zip(after_dirs, configs, runs, saved)]
+        policies.append((f"+ {step} RL steps", xs, dirs))
+    for name, xs, dirs in policies:
+        rises = []
+        for mode in ("fast", "deliberate"):
+            if dirs is None:
+                rises.append("-")
+                continue
+            rise, (lo, hi) = paired_rise(before[mode], [correct_by_id(d, 0, mode) for d in dirs])
+            rises.append(f"{rise:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (" *" if lo > 0 else ""))
+        cells = [name, f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
+                 mean_ci([x["fast_accuracy"] for x in xs]), rises[0], mean_ci([x["deliberate_accuracy"] for x in xs]),
+                 rises[1], mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
+                 *[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["* the interval is above 0"])
+
+
+# -----------------------------------------------------------------------------
 # The deliberate mode at another temperature, every round's policy re-evaluated
 
 
@@ -213,10 +270,15 @@ if __name__ == "__main__":
     ap.add_argument("--mean", action="store_true", help="each round's mean over the runs (seeds), 95%% t intervals")
     ap.add_argument("--paired", action="store_true",
                     help="round-to-round rises in both modes, paired over the same problems and seeds")
+    ap.add_argument("--after", nargs="+", default=None,
+                    help="train_rl.py run directories continued from each rounds run's last round, one per run")
     args = ap.parse_args()
-    if args.baseline and len(args.baseline) != len(args.runs):
-        ap.error(f"--baseline: {len(args.baseline)} runs for {len(args.runs)} rounds runs (one per seed)")
-    if args.paired:
+    for flag, dirs in (("--baseline", args.baseline), ("--after", args.after)):
+        if dirs and len(dirs) != len(args.runs):
+            ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
+    if args.after:
+        print(after_table(args.runs, args.after))
+    elif args.paired:
         print(paired_table(args.runs))
     elif args.temperature is not None:
         print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))

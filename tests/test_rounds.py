@@ -347,6 +347,48 @@ def test_baseline_rows_only_where_a_checkpoint_matches_the_rounds_flops(tmp_path
     assert lines[-1].startswith("No baseline row for rounds 2:")  # 60 is not within 10% of 100
 
 
+def test_after_table_pairs_each_checkpoint_with_the_last_round_by_hand(tmp_path, monkeypatch):
+    """--after: an RL run continued from the last round, each checkpoint with the rounds' FLOPs added and its rise
+    over that round paired over problems; a run that started from another policy is refused."""
+    table = load_rounds_table()
+    cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
+
+    def row(r, flops, acc):
+        return dict(round=r, cumulative_flops=flops, fast_accuracy=acc, fast_by_group={"2": acc},
+                    deliberate_accuracy=acc, deliberate_pass_at_k={"pass@4": acc})
+
+    def write_records(run_dir, r, fast, deliberate):  # {problem id: correct} per mode
+        for mode, correct in (("fast", fast), ("deliberate", deliberate)):
+            d = Path(run_dir) / f"round_{r}" / "eval" / mode
+            d.mkdir(parents=True)
+            (d / "records.jsonl").write_text("".join(json.dumps(dict(id=i, correct=c)) + "\n"
+                                                     for i, c in correct.items()))
+    run, after = tmp_path / "rounds", tmp_path / "after"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "rounds.jsonl").write_text(json.dumps(row(0, 0, 0.0)) + "\n" + json.dumps(row(1, 100, 0.25)) + "\n")
+    write_records(run, 1, dict(a=0, b=1, c=0, d=0), dict(a=0, b=0, c=0, d=0))
+    (after / "checkpoints" / "step_2").mkdir(parents=True)
+    (after / "config.json").write_text(json.dumps(dict(model=str(run / "round_1"))))
+    (after / "metrics.jsonl").write_text("".join(json.dumps(dict(step=s, flops=10.0 * s)) + "\n" for s in (1, 2)))
+
+    def fake_evaluate(run_dir, step, config):  # after the RL steps: fast a, b right; deliberate a, b, c right
+        write_records(table.evaluation_dir(run_dir, step, config), 0, dict(a=1, b=1, c=0, d=0),
+                      dict(a=1, b=1, c=1, d=0))
+        return row(0, 0, 0.5)
+    monkeypatch.setattr(table, "evaluate_checkpoint", fake_evaluate)
+    lines = table.after_table([run], [after]).splitlines()
+    assert lines[2].startswith("| round 1 | 1.00e+02 | 0.250 | - | 0.250 | - |")
+    # FLOPs 100 + 20; fast rises on a only (+1/4), deliberate on a, b, c (+3/4); the bootstrap resamples the 4
+    # problems, and 32% of the resamples (3/4)^4 hold no a, so fast's interval starts at 0
+    cells = lines[3].split(" | ")
+    assert cells[:3] == ["| + 2 RL steps", "1.20e+02", "0.500"]
+    assert cells[3].startswith("+0.250 [+0.000, +") and cells[5].startswith("+0.750 [+")
+    (after / "config.json").write_text(json.dumps(dict(model=str(run / "round_0"))))
+    with pytest.raises(ValueError, match="starts from"):
+        table.after_table([run], [after])
+
+
 def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
     """With --frontier the RL phase draws from the rungs the round deliberated on, not from the whole ladder."""
     seen = {}
