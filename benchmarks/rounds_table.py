@@ -276,12 +276,15 @@ if __name__ == "__main__":
     for flag, dirs in (("--baseline", args.baseline), ("--after", args.after)):
         if dirs and len(dirs) != len(args.runs):
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
-    if args.after:
-        print(after_table(args.runs, args.after))
-    elif args.paired:
-        print(paired_table(args.runs))
-    elif args.temperature is not None:
-        print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
-    else:
-        print(mean_table(args.runs, args.baseline or ()) if args.baseline or args.mean
-              else "\n\n".join(table(d) for d in args.runs))
+    try:  # a mispaired run, a stale cache, a missing file: one error line
+        if args.after:
+            print(after_table(args.runs, args.after))
+        elif args.paired:
+            print(paired_table(args.runs))
+        elif args.temperature is not None:
+            print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
+        else:
+            print(mean_table(args.runs, args.baseline or ()) if args.baseline or args.mean
+                  else "\n\n".join(table(d) for d in args.runs))
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))

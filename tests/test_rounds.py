@@ -387,6 +387,10 @@ def test_after_table_pairs_each_checkpoint_with_the_last_round_by_hand(tmp_path,
     (after / "config.json").write_text(json.dumps(dict(model=str(run / "round_0"))))
     with pytest.raises(ValueError, match="starts from"):
         table.after_table([run], [after])
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "rounds_table.py"
+    shell = subprocess.run([sys.executable, str(script), str(run), "--after", str(after)], capture_output=True, text=True)
+    assert shell.returncode == 2 and "Traceback" not in shell.stderr  # one error line from the command line
+    assert shell.stderr.splitlines()[-1].startswith(f"rounds_table.py: error: --after: {after} starts from")
 
 
 def test_rl_phase_trains_on_the_rounds_pool(tmp_path, monkeypatch):
