@@ -114,6 +114,16 @@ def mean_ci(values):
     return f"{mean:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def mean_cells(xs, k, groups):
+    """A policy's cells over seeds (one row per seed in xs): mean FLOPs; fast, deliberate@k and pass@k with 95% t
+    intervals; fast accuracy per group."""
+    return dict(flops=f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
+                fast=mean_ci([x["fast_accuracy"] for x in xs]),
+                deliberate=mean_ci([x["deliberate_accuracy"] for x in xs]),
+                pass_at_k=mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
+                groups=[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups])
+
+
 FLOPS_MATCH = 0.1  # a baseline checkpoint stands for a round when its FLOPs are within 10% of the round's
 
 
@@ -140,10 +150,8 @@ def mean_table(rounds_dirs, baseline_dirs=()):
                                          for base, cfg, (step, flops) in zip(baseline_dirs, configs, at)],
                             " / ".join(str(step) for step, _ in at)))
         for name, xs, steps in methods:
-            cells = [str(r), name, f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
-                     mean_ci([x["fast_accuracy"] for x in xs]), mean_ci([x["deliberate_accuracy"] for x in xs]),
-                     mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
-                     *[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups],
+            c = mean_cells(xs, k, groups)
+            cells = [str(r), name, c["flops"], c["fast"], c["deliberate"], c["pass_at_k"], *c["groups"],
                      *([steps] if baseline_dirs else [])]
             lines.append("| " + " | ".join(cells) + " |")
     if unmatched:
@@ -174,6 +182,11 @@ def paired_rise(before, after, n_boot=10_000, seed=0):
     return float(d.mean()), (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
 
 
+def rise_cell(before, after):  # "+0.063 [+0.039, +0.088] *": paired_rise, starred when its interval is above 0
+    rise, (lo, hi) = paired_rise(before, after)
+    return f"{rise:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (" *" if lo > 0 else "")
+
+
 def paired_table(run_dirs):
     n_rounds = min(len(rows_of(d)) for d in run_dirs)
     correct = {(mode, r): [correct_by_id(d, r, mode) for d in run_dirs]  # each round's records read once
@@ -182,10 +195,8 @@ def paired_table(run_dirs):
     lines = [f"{len(run_dirs)} seeds x {len(correct['fast', 0][0])} problems",
              "| " + " | ".join(head) + " |", "| --- | --- | --- |"]
     for r in range(1, n_rounds):
-        cells = [f"round {r - 1} -> {r}"]
-        for mode in ("fast", "deliberate"):
-            rise, (lo, hi) = paired_rise(correct[mode, r - 1], correct[mode, r])
-            cells.append(f"{rise:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (" *" if lo > 0 else ""))
+        cells = [f"round {r - 1} -> {r}", *[rise_cell(correct[mode, r - 1], correct[mode, r])
+                                            for mode in ("fast", "deliberate")]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["* the interval is above 0"])
 
@@ -219,17 +230,10 @@ def after_table(rounds_dirs, after_dirs):
               for d, cfg, rows, at in zip(after_dirs, configs, runs, saved)]
         policies.append((f"+ {step} RL steps", xs, dirs))
     for name, xs, dirs in policies:
-        rises = []
-        for mode in ("fast", "deliberate"):
-            if dirs is None:
-                rises.append("-")
-                continue
-            rise, (lo, hi) = paired_rise(before[mode], [correct_by_id(d, 0, mode) for d in dirs])
-            rises.append(f"{rise:+.3f} [{lo:+.3f}, {hi:+.3f}]" + (" *" if lo > 0 else ""))
-        cells = [name, f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
-                 mean_ci([x["fast_accuracy"] for x in xs]), rises[0], mean_ci([x["deliberate_accuracy"] for x in xs]),
-                 rises[1], mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
-                 *[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups]]
+        fast, deliberate = [rise_cell(before[mode], [correct_by_id(d, 0, mode) for d in dirs]) if dirs else "-"
+                            for mode in ("fast", "deliberate")]
+        c = mean_cells(xs, k, groups)
+        cells = [name, c["flops"], c["fast"], fast, c["deliberate"], deliberate, c["pass_at_k"], *c["groups"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["* the interval is above 0"])
 

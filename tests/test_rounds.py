@@ -254,10 +254,12 @@ def test_decomposed_round_with_adaptive_k_and_an_rl_phase_runs_end_to_end(tmp_pa
     assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(M.load_model("tiny").config, records + extra))
 
 
+ROUNDS_TABLE = Path(__file__).resolve().parent.parent / "benchmarks" / "rounds_table.py"
+
+
 def load_rounds_table():  # benchmarks/ is not a package: load benchmarks/rounds_table.py by its path
     import importlib.util
-    spec = importlib.util.spec_from_file_location("rounds_table", Path(__file__).parent.parent / "benchmarks" /
-                                                  "rounds_table.py")
+    spec = importlib.util.spec_from_file_location("rounds_table", ROUNDS_TABLE)
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
     return table
@@ -317,10 +319,15 @@ def test_mean_table_averages_the_seeds_by_hand(tmp_path):
     assert lines[3] == ("| 1 | rounds | 1.00e+12 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] "
                         "| 0.60 |")
     # the command line gives the same table (it once crashed on `--mean` alone while mean_table passed)
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "rounds_table.py"
-    shell = subprocess.run([sys.executable, str(script), *map(str, runs), "--mean"], capture_output=True, text=True)
+    shell = subprocess.run([sys.executable, str(ROUNDS_TABLE), *map(str, runs), "--mean"], capture_output=True,
+                           text=True)
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.splitlines() == lines
+
+
+def round_row(r, flops, acc):  # a rounds.jsonl row with one group and every accuracy `acc`
+    return dict(round=r, cumulative_flops=flops, fast_accuracy=acc, fast_by_group={"2": acc}, deliberate_accuracy=acc,
+                deliberate_pass_at_k={"pass@4": acc})
 
 
 def test_baseline_rows_only_where_a_checkpoint_matches_the_rounds_flops(tmp_path, monkeypatch):
@@ -328,19 +335,16 @@ def test_baseline_rows_only_where_a_checkpoint_matches_the_rounds_flops(tmp_path
     FLOPs), and the table says so."""
     table = load_rounds_table()
     cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
-
-    def row(r, flops, fast):
-        return dict(round=r, cumulative_flops=flops, fast_accuracy=fast, fast_by_group={"2": fast},
-                    deliberate_accuracy=fast, deliberate_pass_at_k={"pass@4": fast})
     run, base = tmp_path / "rounds", tmp_path / "base"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(cfg))
-    (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, f, 0.5)) + "\n" for r, f in enumerate((0, 42, 100))))
+    (run / "rounds.jsonl").write_text("".join(json.dumps(round_row(r, f, 0.5)) + "\n"
+                                              for r, f in enumerate((0, 42, 100))))
     (base / "checkpoints").mkdir(parents=True)
     (base / "metrics.jsonl").write_text("".join(json.dumps(dict(step=s, flops=10.0 * s)) + "\n" for s in range(1, 7)))
     for s in (2, 4, 6):
         (base / "checkpoints" / f"step_{s}").mkdir()
-    monkeypatch.setattr(table, "evaluate_checkpoint", lambda run_dir, step, config: row(0, 0, step / 10))
+    monkeypatch.setattr(table, "evaluate_checkpoint", lambda run_dir, step, config: round_row(0, 0, step / 10))
     lines = table.mean_table([run], [base]).splitlines()
     assert [line.split(" | ")[1] for line in lines[2:6]] == ["start (both)", "rounds", "Dr. GRPO", "rounds"]
     assert lines[4].startswith("| 1 | Dr. GRPO | 4.00e+01 | 0.400 |") and lines[4].endswith("| 4 |")  # 40 of 42
@@ -353,10 +357,6 @@ def test_after_table_pairs_each_checkpoint_with_the_last_round_by_hand(tmp_path,
     table = load_rounds_table()
     cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
 
-    def row(r, flops, acc):
-        return dict(round=r, cumulative_flops=flops, fast_accuracy=acc, fast_by_group={"2": acc},
-                    deliberate_accuracy=acc, deliberate_pass_at_k={"pass@4": acc})
-
     def write_records(run_dir, r, fast, deliberate):  # {problem id: correct} per mode
         for mode, correct in (("fast", fast), ("deliberate", deliberate)):
             d = Path(run_dir) / f"round_{r}" / "eval" / mode
@@ -366,7 +366,8 @@ def test_after_table_pairs_each_checkpoint_with_the_last_round_by_hand(tmp_path,
     run, after = tmp_path / "rounds", tmp_path / "after"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(cfg))
-    (run / "rounds.jsonl").write_text(json.dumps(row(0, 0, 0.0)) + "\n" + json.dumps(row(1, 100, 0.25)) + "\n")
+    (run / "rounds.jsonl").write_text("".join(json.dumps(round_row(r, f, acc)) + "\n"
+                                              for r, f, acc in ((0, 0, 0.0), (1, 100, 0.25))))
     write_records(run, 1, dict(a=0, b=1, c=0, d=0), dict(a=0, b=0, c=0, d=0))
     (after / "checkpoints" / "step_2").mkdir(parents=True)
     (after / "config.json").write_text(json.dumps(dict(model=str(run / "round_1"))))
@@ -375,7 +376,7 @@ def test_after_table_pairs_each_checkpoint_with_the_last_round_by_hand(tmp_path,
     def fake_evaluate(run_dir, step, config):  # after the RL steps: fast a, b right; deliberate a, b, c right
         write_records(table.evaluation_dir(run_dir, step, config), 0, dict(a=1, b=1, c=0, d=0),
                       dict(a=1, b=1, c=1, d=0))
-        return row(0, 0, 0.5)
+        return round_row(0, 0, 0.5)
     monkeypatch.setattr(table, "evaluate_checkpoint", fake_evaluate)
     lines = table.after_table([run], [after]).splitlines()
     assert lines[2].startswith("| round 1 | 1.00e+02 | 0.250 | - | 0.250 | - |")
@@ -387,8 +388,8 @@ def test_after_table_pairs_each_checkpoint_with_the_last_round_by_hand(tmp_path,
     (after / "config.json").write_text(json.dumps(dict(model=str(run / "round_0"))))
     with pytest.raises(ValueError, match="starts from"):
         table.after_table([run], [after])
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "rounds_table.py"
-    shell = subprocess.run([sys.executable, str(script), str(run), "--after", str(after)], capture_output=True, text=True)
+    shell = subprocess.run([sys.executable, str(ROUNDS_TABLE), str(run), "--after", str(after)], capture_output=True,
+                           text=True)
     assert shell.returncode == 2 and "Traceback" not in shell.stderr  # one error line from the command line
     assert shell.stderr.splitlines()[-1].startswith(f"rounds_table.py: error: --after: {after} starts from")
 
