@@ -5,6 +5,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --mean   # each round's mean over the seeds
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
+    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --temperature 0.5 --mean   # over the seeds
     python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
     python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
 
@@ -242,10 +243,19 @@ def after_table(rounds_dirs, after_dirs):
 # The deliberate mode at another temperature, every round's policy re-evaluated
 
 
-def temperature_table(run_dir, temperature):
+def again_at(run_dir, temperature):
     """Each round's pi_N (round 0: the run's starting model) evaluated again with the deliberate mode at
-    `temperature` (fast greedy is unchanged), beside the run's own rows; cached in <run>/rounds_eval/T<t>."""
+    `temperature` (fast greedy is unchanged): (the run's rows, the new rows), cached in <run>/rounds_eval/T<t>."""
     rows = rows_of(run_dir)
+    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    return rows, [evaluate_with(Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"],
+                                Path(run_dir) / "rounds_eval" / f"T{temperature:g}" / f"round_{r['round']}", cfg,
+                                temperature=temperature) for r in rows]
+
+
+def temperature_table(run_dir, temperature):
+    """One run's rounds beside their deliberate mode at `temperature` (again_at)."""
+    rows, again = again_at(run_dir, temperature)
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
     k = cfg["eval_samples"] or cfg["samples"]
     groups = list(rows[0]["fast_by_group"])
@@ -253,14 +263,30 @@ def temperature_table(run_dir, temperature):
     head = ["round", "fast", f"deliberate@{k}, T = {t0:g}", f"deliberate@{k}, T = {t1:g}", f"pass@{k}, T = {t0:g} / {t1:g}",
             *[f"delib. {g}, T = {t1:g}" for g in groups]]
     lines = [f"{run_dir}\n", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
-    for r in rows:
-        model = Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"]
-        again = evaluate_with(model, Path(run_dir) / "rounds_eval" / f"T{t1:g}" / f"round_{r['round']}", cfg,
-                              temperature=t1)
-        cells = [str(r["round"]), f"{r['fast_accuracy']:.3f}", accuracy_ci(r, "deliberate"),
-                 accuracy_ci(again, "deliberate"),
-                 f"{r['deliberate_pass_at_k'][f'pass@{k}']:.3f} / {again['deliberate_pass_at_k'][f'pass@{k}']:.3f}",
-                 *[f"{again['deliberate_by_group'][g]:.2f}" for g in groups]]
+    for r, a in zip(rows, again):
+        cells = [str(r["round"]), f"{r['fast_accuracy']:.3f}", accuracy_ci(r, "deliberate"), accuracy_ci(a, "deliberate"),
+                 f"{r['deliberate_pass_at_k'][f'pass@{k}']:.3f} / {a['deliberate_pass_at_k'][f'pass@{k}']:.3f}",
+                 *[f"{a['deliberate_by_group'][g]:.2f}" for g in groups]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def temperature_mean_table(run_dirs, temperature):
+    """--temperature with --mean: each round's mean over the runs (seeds), both temperatures, 95% t intervals."""
+    runs = [again_at(d, temperature) for d in run_dirs]
+    cfg = json.loads((Path(run_dirs[0]) / "config.json").read_text())
+    k = cfg["eval_samples"] or cfg["samples"]
+    groups = list(runs[0][0][0]["fast_by_group"])
+    t0, t1 = cfg["temperature"], temperature
+    head = ["round", "fast, mean [95% t]", f"deliberate@{k}, T = {t0:g}", f"deliberate@{k}, T = {t1:g}",
+            f"pass@{k}, T = {t1:g}", *[f"delib. {g}, T = {t1:g}" for g in groups]]
+    lines = [f"{len(run_dirs)} seeds", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    for r in range(min(len(rows) for rows, _ in runs)):
+        xs, ys = [rows[r] for rows, _ in runs], [again[r] for _, again in runs]
+        cells = [str(r), mean_ci([x["fast_accuracy"] for x in xs]), mean_ci([x["deliberate_accuracy"] for x in xs]),
+                 mean_ci([y["deliberate_accuracy"] for y in ys]),
+                 mean_ci([y["deliberate_pass_at_k"][f"pass@{k}"] for y in ys]),
+                 *[f"{sum(y['deliberate_by_group'][g] for y in ys) / len(ys):.2f}" for g in groups]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -286,7 +312,8 @@ if __name__ == "__main__":
         elif args.paired:
             print(paired_table(args.runs))
         elif args.temperature is not None:
-            print("\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
+            print(temperature_mean_table(args.runs, args.temperature) if args.mean
+                  else "\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
         else:
             print(mean_table(args.runs, args.baseline or ()) if args.baseline or args.mean
                   else "\n\n".join(table(d) for d in args.runs))

@@ -469,3 +469,34 @@ def test_temperature_table_reevaluates_each_round_with_the_new_temperature(tmp_p
     assert "| 0.300 [0.20, 0.40] | 0.900 [0.80, 1.00] | 0.350 / 0.950 | 0.90 |" in lines[1]
     table.temperature_table(tmp_path, 0.5)
     assert len(calls) == 2  # cached: nothing evaluated twice
+
+
+def test_temperature_mean_table_averages_both_temperatures_over_seeds_by_hand(tmp_path, monkeypatch):
+    """--temperature 0.5 --mean: per round, the seeds' mean of the recorded vote and of the vote at T = 0.5."""
+    table = load_rounds_table()
+    cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
+
+    def row(r, acc):
+        return dict(round=r, fast_accuracy=acc, fast_by_group={"2": acc}, deliberate_accuracy=acc + 0.1,
+                    deliberate_by_group={"2": acc + 0.1}, deliberate_pass_at_k={"pass@4": acc + 0.2})
+    runs, cooler = [], {}
+    for seed, accs in enumerate(([0.2, 0.5], [0.4, 0.7])):
+        run = tmp_path / f"s{seed}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(cfg))
+        (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, a)) + "\n" for r, a in enumerate(accs)))
+        cooler[str(run / "round_1")] = row(0, accs[1] + 0.1)  # pi_1's vote at T = 0.5: 0.1 above its recorded one
+        runs.append(run)
+    monkeypatch.setattr(R, "main", fake_rounds_main([], lambda model: cooler.get(model, row(0, 0.3))))
+    lines = table.temperature_mean_table(runs, 0.5).splitlines()
+    assert lines[0] == "2 seeds" and len(lines) == 5
+    # round 0: the recorded votes 0.3 and 0.5 (mean 0.4, half-width 12.706 * 0.1414 / sqrt(2) = 1.27); both
+    # seeds' pi_0 ("tiny") vote 0.4 at T = 0.5: no spread, an interval of width 0
+    assert lines[3] == "| 0 | 0.300 [-0.97, 1.57] | 0.400 [-0.87, 1.67] | 0.400 [0.40, 0.40] | 0.500 [0.50, 0.50] | 0.40 |"
+    # round 1: recorded 0.6 and 0.8; at T = 0.5 0.7 and 0.9 (mean 0.8), pass@4 0.8 and 1.0, by group 0.80
+    assert lines[4] == "| 1 | 0.600 [-0.67, 1.87] | 0.700 [-0.57, 1.97] | 0.800 [-0.47, 2.07] | 0.900 [-0.37, 2.17] | 0.80 |"
+    # the command line reads the evaluations cached above (nothing to evaluate) and prints the same table
+    shell = subprocess.run([sys.executable, str(ROUNDS_TABLE), *map(str, runs), "--temperature", "0.5", "--mean"],
+                           capture_output=True, text=True)
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.splitlines() == lines
