@@ -245,18 +245,17 @@ def after_table(rounds_dirs, after_dirs):
 
 def again_at(run_dir, temperature):
     """Each round's pi_N (round 0: the run's starting model) evaluated again with the deliberate mode at
-    `temperature` (fast greedy is unchanged): (the run's rows, the new rows), cached in <run>/rounds_eval/T<t>."""
+    `temperature` (fast greedy is unchanged): (its config, its rows, the new rows), cached in <run>/rounds_eval/T<t>."""
     rows = rows_of(run_dir)
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
-    return rows, [evaluate_with(Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"],
+    return cfg, rows, [evaluate_with(Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"],
                                 Path(run_dir) / "rounds_eval" / f"T{temperature:g}" / f"round_{r['round']}", cfg,
                                 temperature=temperature) for r in rows]
 
 
 def temperature_table(run_dir, temperature):
     """One run's rounds beside their deliberate mode at `temperature` (again_at)."""
-    rows, again = again_at(run_dir, temperature)
-    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    cfg, rows, again = again_at(run_dir, temperature)
     k = cfg["eval_samples"] or cfg["samples"]
     groups = list(rows[0]["fast_by_group"])
     t0, t1 = cfg["temperature"], temperature
@@ -273,8 +272,9 @@ def temperature_table(run_dir, temperature):
 
 def temperature_mean_table(run_dirs, temperature):
     """--temperature with --mean: each round's mean over the runs (seeds), both temperatures, 95% t intervals."""
-    runs = [again_at(d, temperature) for d in run_dirs]
-    cfg = json.loads((Path(run_dirs[0]) / "config.json").read_text())
+    evaluated = [again_at(d, temperature) for d in run_dirs]
+    cfg = evaluated[0][0]
+    runs = [(rows, again) for _, rows, again in evaluated]
     k = cfg["eval_samples"] or cfg["samples"]
     groups = list(runs[0][0][0]["fast_by_group"])
     t0, t1 = cfg["temperature"], temperature
