@@ -298,6 +298,18 @@ def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
     assert table.checkpoint_at(tmp_path, 29.0) == (2, 20.0) and table.checkpoint_at(tmp_path, 1e9) == (6, 60.0)
 
 
+def two_seeds(tmp_path, cfg, row):
+    """Two rounds runs s0 and s1 of rounds 0-1, their rows row(r, acc) at accuracies 0.2, 0.5 and 0.4, 0.7."""
+    runs = []
+    for seed, accs in enumerate(([0.2, 0.5], [0.4, 0.7])):
+        run = tmp_path / f"s{seed}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(cfg))
+        (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, a)) + "\n" for r, a in enumerate(accs)))
+        runs.append(run)
+    return runs
+
+
 def test_mean_table_averages_the_seeds_by_hand(tmp_path):
     """--mean: each round's mean over the runs with its 95% t interval, no baseline rows and nothing evaluated."""
     table = load_rounds_table()
@@ -306,13 +318,7 @@ def test_mean_table_averages_the_seeds_by_hand(tmp_path):
     def row(r, fast):
         return dict(round=r, cumulative_flops=1e12 * r, fast_accuracy=fast, fast_by_group={"2": fast},
                     deliberate_accuracy=fast + 0.1, deliberate_pass_at_k={"pass@4": fast + 0.2})
-    runs = []
-    for seed, fasts in enumerate(([0.2, 0.5], [0.4, 0.7])):
-        run = tmp_path / f"s{seed}"
-        run.mkdir()
-        (run / "config.json").write_text(json.dumps(cfg))
-        (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, f)) + "\n" for r, f in enumerate(fasts)))
-        runs.append(run)
+    runs = two_seeds(tmp_path, cfg, row)
     lines = table.mean_table(runs).splitlines()
     assert len(lines) == 4 and "baseline" not in lines[0]  # head, rule, rounds 0 and 1: no Dr. GRPO rows
     # round 1: fast 0.5 and 0.7, mean 0.6, sd 0.1414; t(1 df) = 12.706, half-width 12.706 * 0.1414 / sqrt(2) = 1.27
@@ -479,14 +485,9 @@ def test_temperature_mean_table_averages_both_temperatures_over_seeds_by_hand(tm
     def row(r, acc):
         return dict(round=r, fast_accuracy=acc, fast_by_group={"2": acc}, deliberate_accuracy=acc + 0.1,
                     deliberate_by_group={"2": acc + 0.1}, deliberate_pass_at_k={"pass@4": acc + 0.2})
-    runs, cooler = [], {}
-    for seed, accs in enumerate(([0.2, 0.5], [0.4, 0.7])):
-        run = tmp_path / f"s{seed}"
-        run.mkdir()
-        (run / "config.json").write_text(json.dumps(cfg))
-        (run / "rounds.jsonl").write_text("".join(json.dumps(row(r, a)) + "\n" for r, a in enumerate(accs)))
-        cooler[str(run / "round_1")] = row(0, accs[1] + 0.1)  # pi_1's vote at T = 0.5: 0.1 above its recorded one
-        runs.append(run)
+    runs = two_seeds(tmp_path, cfg, row)
+    cooler = {str(run / "round_1"): row(0, acc + 0.1)  # pi_1's vote at T = 0.5: 0.1 above its recorded one
+              for run, acc in zip(runs, (0.5, 0.7))}
     monkeypatch.setattr(R, "main", fake_rounds_main([], lambda model: cooler.get(model, row(0, 0.3))))
     lines = table.temperature_mean_table(runs, 0.5).splitlines()
     assert lines[0] == "2 seeds" and len(lines) == 5
