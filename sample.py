@@ -82,16 +82,25 @@ def uniform(keys, step, draw=0):
 CDF_BLOCK = 128  # tokens per block of inverse_cdf's first level (Qwen3's 151,936 = 128 x 1,187)
 
 
-def inverse_cdf(weights, u):
+def block_sums(weights):
+    """The float32 sums of blocks of gcd(n, CDF_BLOCK) tokens of each row of weights (B, n): (B, blocks). The blocks
+    are a view of the row, no copy."""
+    B, n = weights.shape
+    size = math.gcd(n, CDF_BLOCK)
+    return weights.view(B, n // size, size).sum(-1)
+
+
+def inverse_cdf(weights, u, sums=None):
     """Inverse-CDF sampling: for each row of weights (B, n) >= 0 and uniform u in [0, 1), index i with
     probability weights[i] / total. Two levels, because a float32 running sum over the row rounds a 1e-12 token
     away beside a total near 1, and a float64 one is a temporary twice the weights' size (38 MB at batch 32 over
-    Qwen3's vocabulary): the float32 sums of blocks of gcd(n, CDF_BLOCK) tokens pick a block, then the float64
-    running sum inside it picks the token. Each share is exact up to the float32 rounding of its block's sum, as
-    small as the weights' own."""
+    Qwen3's vocabulary): the float32 block sums (`sums`, block_sums(weights) unless given) pick a block, then the
+    float64 running sum inside it picks the token. Each share is exact up to the float32 rounding of its block's
+    sum, as small as the weights' own."""
+    sums = block_sums(weights) if sums is None else sums
     B, n = weights.shape
-    size = math.gcd(n, CDF_BLOCK)  # the blocks are a view of the row, no copy
-    edges = F.pad(weights.view(B, n // size, size).sum(-1).double().cumsum(-1), (1, 0))  # mass before each block
+    size = n // sums.shape[1]
+    edges = F.pad(sums.double().cumsum(-1), (1, 0))  # mass before each block
     total = edges[:, -1]
     target = u * total  # < total: u <= 1 - 2^-53, and the product never rounds up to the total
     block = torch.searchsorted(edges, target[:, None], right=True).squeeze(-1) - 1  # edges[b] <= target < edges[b+1]
@@ -131,15 +140,15 @@ def draw_kept(values, ids, u):
     return ids.gather(-1, pick[:, None]).squeeze(-1)
 
 
-def outside_nucleus(weights, total, token, top_p):
+def outside_nucleus(weights, total, sums, token, top_p):
     """Which rows' drawn token lies outside the nucleus: the tokens more probable than it already hold top_p
-    of the mass. A token holding more than 1 - top_p itself is inside (the rest holds less than top_p), with a
-    margin far above float32 rounding, and costs nothing: most of a reasoning model's tokens are drawn at low
-    entropy (Wang et al. 2025, arXiv 2506.01939). The other rows take one pass over the vocabulary, no sort;
-    the mask is float (a bool one is slow to multiply and sum on CPUs)."""
+    of the mass. Rows that a bound from the block sums `sums` puts inside cost nothing (surely_inside): most of
+    a reasoning model's tokens are drawn at low entropy (Wang et al. 2025, arXiv 2506.01939). The other rows
+    take one pass over the vocabulary, no sort; the mask is float (a bool one is slow to multiply and sum on
+    CPUs)."""
     drawn = weights.gather(-1, token[:, None]).squeeze(-1)
     outside = torch.zeros_like(token, dtype=torch.bool)
-    rows = (~surely_inside(drawn, total, top_p)).nonzero().squeeze(-1)
+    rows = (~surely_inside(drawn, total, sums, top_p)).nonzero().squeeze(-1)
     if len(rows):
         w = weights[rows] if len(rows) < len(token) else weights
         above = torch.gt(w, drawn[rows, None], out=torch.empty_like(w))
@@ -147,10 +156,14 @@ def outside_nucleus(weights, total, token, top_p):
     return outside
 
 
-def surely_inside(drawn, total, top_p):
-    """Rows whose drawn token's weight alone exceeds 1 - top_p of the total: the tokens above it hold less than
-    top_p, so it is in the nucleus without a pass over the vocabulary."""
-    return drawn > (1 - top_p + NUCLEUS_MARGIN) * total
+def surely_inside(drawn, total, sums, top_p):
+    """Rows whose drawn token is in the nucleus by a bound, without a pass over the vocabulary. A block whose
+    float32 sum is at most the drawn weight holds no token above it (a sum of weights >= 0 is never below one of
+    them, in floating point too), so the blocks summing to more hold all the mass above it: when they hold less
+    than top_p, it is inside. So is a token holding more than 1 - top_p itself (the rest holds less than top_p).
+    Both with a margin far above float32 rounding, so a row skipped here is one the full pass keeps."""
+    above = sums.masked_fill(sums <= drawn[:, None], 0).sum(-1, dtype=torch.float64)
+    return (drawn > (1 - top_p + NUCLEUS_MARGIN) * total) | (above < (top_p - NUCLEUS_MARGIN) * total)
 
 
 NUCLEUS_MARGIN = 1e-4  # of the total: float32 sums over 151,936 tokens round by far less (~1e-6)
@@ -159,19 +172,19 @@ NUCLEUS_MARGIN = 1e-4  # of the total: float32 sums over 151,936 tokens round by
 NUCLEUS_DRAWS = 8  # rejection draws before a row takes the exact sorted nucleus (each accepts with p >= top_p)
 
 
-def draw_in_nucleus(logits, temperature, top_p, weights, total, token, keys, step):
+def draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, step):
     """Top-p by rejection: a row whose drawn token lies outside the nucleus draws again from the whole softmax
     (an accepted draw follows the softmax restricted to the nucleus exactly, and a draw is accepted with
     probability >= top_p); a row still outside after NUCLEUS_DRAWS draws samples the sorted nucleus directly,
     which keeps the distribution exact."""
     steps = torch.as_tensor(step, device=logits.device).expand(len(token))
-    rows = outside_nucleus(weights, total, token, top_p).nonzero().squeeze(-1)
+    rows = outside_nucleus(weights, total, sums, token, top_p).nonzero().squeeze(-1)
     for draw in range(1, NUCLEUS_DRAWS):
         if not len(rows):
             return token
-        w, t = weights[rows], total[rows]
-        token[rows] = redrawn = inverse_cdf(w, uniform(keys[rows], steps[rows], draw))
-        rows = rows[outside_nucleus(w, t, redrawn, top_p)]
+        w, t, s = weights[rows], total[rows], sums[rows]
+        token[rows] = redrawn = inverse_cdf(w, uniform(keys[rows], steps[rows], draw), s)
+        rows = rows[outside_nucleus(w, t, s, redrawn, top_p)]
     if len(rows):
         kept = kept_tokens(logits[rows] / temperature, 0, top_p)
         token[rows] = draw_kept(*kept, uniform(keys[rows], steps[rows], NUCLEUS_DRAWS))
@@ -189,11 +202,14 @@ def sample_next(logits, temperature, top_p, top_k, keys, step):
         token = draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
     else:
         top = logits.amax(-1)
-        weights = (logits - top[:, None]).div_(temperature).exp_()  # the softmax, unnormalized
-        total = weights.sum(-1)
-        token = inverse_cdf(weights, uniform(keys, step))
-        if top_p < 1.0:
-            token = draw_in_nucleus(logits, temperature, top_p, weights, total, token, keys, step)
+        weights = logits - top[:, None]
+        if temperature != 1.0:  # a pass over the vocabulary that changes nothing at 1
+            weights.div_(temperature)
+        weights.exp_()  # the softmax, unnormalized
+        total, sums = weights.sum(-1), block_sums(weights)
+        token = inverse_cdf(weights, uniform(keys, step), sums)
+        if top_p < 1.0:  # the block sums also bound the mass above the drawn token (surely_inside)
+            token = draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, step)
         if temperature == 1.0:  # the policy's own softmax: its total gives the log-prob without a second pass
             return token, logits.gather(-1, token[:, None]).squeeze(-1) - top - total.log()
     return token, logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)

@@ -29,6 +29,7 @@ CUDA graph), same outputs asserted.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import resource
@@ -43,8 +44,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model as M  # noqa: E402
 import sample as S  # noqa: E402
-from sample import (MASK32, generate, hash32, inverse_cdf, kept_tokens, row_keys, sample_next,  # noqa: E402
-                    surely_inside, uniform)
+from sample import (MASK32, block_sums, generate, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
+                    sample_next, surely_inside, uniform)
 
 
 def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
@@ -218,8 +219,13 @@ def ragged(args):
                                                                      stop_token_ids={0}, slots=slots, static=True,
                                                                      progress=progress)}
     steps = {name: [] for name in runs}  # (tokens so far in this generate call, clock) at every decode step
-    made = {name: [c.tokens for c in run(lambda tokens, *_, name=name: steps[name].append((tokens, time.perf_counter())))]
-            for name, run in runs.items()}
+    prefills = {name: [] for name in runs}  # (clock at its end, seconds) of every prefill
+    with timed_prefills() as ends:
+        made = {}
+        for name, run in runs.items():
+            made[name] = [c.tokens for c in run(lambda tokens, *_, name=name: steps[name].append(
+                (tokens, time.perf_counter())))]
+            prefills[name], ends[:] = list(ends), []
     assert all(m == made[f"chunks of {slots} rows"] for m in made.values()), "the samplers' outputs differ"
     n_tokens = sum(map(len, made[f"chunks of {slots} rows"]))
     print(f"ragged: {rows} prompts of {prompt_len} tokens, budget {budget}, {M.count_parameters(config) / 1e6:.0f}M "
@@ -241,6 +247,54 @@ def ragged(args):
     for name, t in times.items():
         print(f"  {name:>18}: {n_tokens / statistics.median(t):7.1f} tok/s, {base / statistics.median(t):.2f}x "
               f"the chunks (median of {args.repeats})")
+    fitted = [f"chunks of {slots} rows", f"slots={slots}"]  # the static step pays every slot, whatever is live
+    a, b, fit_steps = step_cost_fit([row for name in fitted for row in step_rows(steps[name], prefills[name])])
+    prefill = {name: sum(s for _, s in prefills[name]) for name in fitted}
+    modelled = {name: prefill[name] + sum(a + b * rows for rows, _ in step_rows(steps[name], [])) for name in fitted}
+    fewest = max(-(-n_tokens // slots), budget)  # every step draws at most `slots` tokens; a budget row needs budget
+    bound = min(prefill.values()) + fewest * a + n_tokens * b
+    print(f"  cost model (least squares over {fit_steps} decode steps of the chunks and slots runs, prefills apart): "
+          f"a step costs {a * 1e3:.1f} ms + {b * 1e3:.2f} ms a row drawing; prefills "
+          + " / ".join(f"{prefill[name]:.1f}" for name in fitted) + " s; modelled "
+          + " / ".join(f"{modelled[name]:.1f}" for name in fitted) + " s against "
+          + " / ".join(f"{statistics.median(times[name]):.1f}" for name in fitted) + f" s measured. No {slots}-slot "
+          f"schedule takes fewer than {fewest} steps, so none runs this workload in under {bound:.1f} s: at most "
+          f"{base / bound:.2f}x the chunks")
+
+
+@contextlib.contextmanager
+def timed_prefills():
+    """Clock every sample.prefill call (generate looks it up at each call): yields the list of (end, seconds)."""
+    ends, real = [], S.prefill
+
+    def prefill(*args):
+        t = time.perf_counter()
+        out = real(*args)
+        ends.append((time.perf_counter(), time.perf_counter() - t))
+        return out
+    S.prefill = prefill
+    try:
+        yield ends
+    finally:
+        S.prefill = real
+
+
+def step_rows(log, prefills):
+    """(rows drawing a token, seconds) of every interval between two progress calls that held no prefill: one
+    decode step and the draws after it. The token count restarts with each generate call (each chunk)."""
+    rows = []
+    for (prev, t0), (tokens, t1) in zip(log, log[1:]):
+        if tokens > prev and not any(t0 < end <= t1 for end, _ in prefills):
+            rows.append((tokens - prev, t1 - t0))
+    return rows
+
+
+def step_cost_fit(rows):
+    """Least squares of seconds = a + b x rows over (rows, seconds) pairs: (a, b, how many)."""
+    n, x, y = len(rows), [r for r, _ in rows], [s for _, s in rows]
+    mx, my = sum(x) / n, sum(y) / n
+    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y)) / sum((xi - mx) ** 2 for xi in x)
+    return my - b * mx, b, n
 
 
 def memory(args):
@@ -389,6 +443,17 @@ def check_every_row(logits, top_p, keys, step):
         S.NUCLEUS_MARGIN = margin
 
 
+def own_mass_skip(logits, top_p, keys, step):
+    """Top-p before the block sums' bound: only a drawn token holding more than 1 - top_p itself skips the check
+    (surely_inside with every block counted, so the bound is the total and never decides)."""
+    bound = S.surely_inside
+    S.surely_inside = lambda drawn, total, sums, top_p: bound(drawn, total, sums.new_full(sums.shape, 1e30), top_p)
+    try:
+        return sample_next(logits, 1.0, top_p, 0, keys, step)
+    finally:
+        S.surely_inside = bound
+
+
 def sampling_cost(args):
     """Milliseconds to choose 32 rows' next tokens and their log-probs over the full Qwen3 vocabulary, beside one
     decode step of --layers layers of the 0.6B widths at batch 32 (bf16, 128-token cache), medians of alternated
@@ -416,16 +481,19 @@ def sampling_cost(args):
                 "top-p 1, one float64 CDF (before)": (flat, lambda x: float64_cdf_top_p1(x, keys, 3)),
                 "top-p 1, Gumbel-max (before that)": (flat, lambda x: gumbel_top_p1(x, keys, 3)),
                 "top-k 50": (flat, lambda x: sample_next(x, 1.0, 1.0, 50, keys, 3)),
+                "top-p 1, peaked": (peaked, lambda x: sample_next(x, 1.0, 1.0, 0, keys, 3)),
                 "top-p 0.95, peaked": (peaked, lambda x: sample_next(x, 1.0, 0.95, 0, keys, 3)),
                 "top-p 0.95, peaked, full sort": (peaked, lambda x: full_sort_top_p(x, 0.95, keys, 3)),
+                "top-p 0.95, peaked, own-mass skip only": (peaked, lambda x: own_mass_skip(x, 0.95, keys, 3)),
                 "top-p 0.95, peaked, every row checked": (peaked, lambda x: check_every_row(x, 0.95, keys, 3)),
                 "top-p 0.95, flat": (flat, lambda x: sample_next(x, 1.0, 0.95, 0, keys, 3)),
                 "top-p 0.95, flat, full sort": (flat, lambda x: full_sort_top_p(x, 0.95, keys, 3))}
         for logits, run in runs.values():
             run(logits)
-        times = {name: [] for name in runs}
-        for _ in range(args.repeats):
-            for name, (logits, run) in runs.items():
+        times, names = {name: [] for name in runs}, list(runs)
+        for r in range(args.repeats):  # rotated: with glibc's defaults a run's page faults depend on the one before
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                logits, run = runs[name]
                 step()  # each run right after a decode step, as in generation
                 fresh = logits.clone()
                 times[name].append(timed(lambda: run(fresh)) * 1e3)
@@ -439,9 +507,17 @@ def sampling_cost(args):
         kept = kept_tokens(logits, 0, 0.95)[0]
         probs = logits.softmax(-1)
         token = sample_next(logits, 1.0, 1.0, 0, keys, 3)[0]
-        skip = surely_inside(probs.gather(-1, token[:, None]).squeeze(-1), 1.0, 0.95)
+        drawn, ones = probs.gather(-1, token[:, None]).squeeze(-1), torch.ones(batch)
+        skip = surely_inside(drawn, ones, block_sums(probs), 0.95)
+        own = surely_inside(drawn, ones, torch.full((batch, 1), 1e30), 0.95)  # every block counted: own mass only
         print(f"  {name}: median nucleus {int(torch.isfinite(kept).sum(-1).median())} tokens, median top token "
-              f"{probs.amax(-1).median():.3f} of the mass; {int(skip.sum())} of {batch} first draws skip the check")
+              f"{probs.amax(-1).median():.3f} of the mass; {int(skip.sum())} of {batch} first draws skip the check "
+              f"({int(own.sum())} by their own mass)")
+    for name, base in (("top-p 0.95, peaked", "top-p 1, peaked"), ("top-p 0.95, peaked, own-mass skip only",
+                       "top-p 1, peaked"), ("top-p 0.95, flat", "top-p 1 (every token)")):
+        ratios = sorted(t / b for t, b in zip(times[name], times[base]))  # paired: the two ran in the same repeat
+        print(f"  {name} / top-p 1 on the same logits, paired in each repeat: median {statistics.median(ratios):.2f}x "
+              f"(range {ratios[0]:.2f}-{ratios[-1]:.2f})")
 
 
 def decode_steps(ours, ref, batch, prompt_len, vocab):

@@ -266,14 +266,14 @@ def test_draws_are_the_textbook_inverse_cdf_and_stay_in_the_nucleus(monkeypatch)
                 assert token[::9].tolist() == one_by_one
 
 
-def test_nucleus_check_skips_confident_rows_and_equals_the_full_check(monkeypatch):
+def test_nucleus_check_skips_the_rows_the_bound_decides_and_equals_the_full_check(monkeypatch):
     """outside_nucleus against the definition in numpy float64 (the tokens more probable than the drawn one hold
-    >= top_p of the mass), on rows from confident to flat; a drawn token holding more than 1 - top_p + margin
-    of the mass is inside without the pass over the vocabulary (a spy counts the rows that take it)."""
+    >= top_p of the mass), on rows from confident to flat; only the rows surely_inside leaves undecided take the
+    pass over the vocabulary (a spy counts them), no more than a drawn token's own mass alone leaves."""
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(96, 3000, generator=g) * torch.linspace(0.5, 12, 96)[:, None]
     weights = (logits - logits.amax(-1, keepdim=True)).exp()
-    total = weights.sum(-1)
+    total, sums = weights.sum(-1), S.block_sums(weights)
     token = torch.randint(3000, (96,), generator=g)
     token[::2] = weights[::2].argmax(-1)  # half the rows drew their most probable token
     checked = []
@@ -284,13 +284,47 @@ def test_nucleus_check_skips_confident_rows_and_equals_the_full_check(monkeypatc
         checked.clear()
         drawn = w64[np.arange(96), token.numpy()]
         expected = [row[row > d].sum() >= top_p * row.sum() for row, d in zip(w64, drawn)]
-        assert S.outside_nucleus(weights, total, token, top_p).tolist() == expected
-        confident = drawn > (1 - top_p + S.NUCLEUS_MARGIN) * w64.sum(-1)
-        assert 0 < confident.sum() < 96 and checked == [96 - confident.sum()], top_p
+        assert S.outside_nucleus(weights, total, sums, token, top_p).tolist() == expected
+        undecided = int((~S.surely_inside(weights[torch.arange(96), token], total, sums, top_p)).sum())
+        own_mass = int((drawn > (1 - top_p + S.NUCLEUS_MARGIN) * w64.sum(-1)).sum())
+        assert checked == ([undecided] if undecided else []) and 0 < 96 - undecided and undecided <= 96 - own_mass
     # at the boundary: the tokens above hold exactly top_p (outside: the nucleus already has its mass); a tie
     # with a kept token is kept (nothing lies strictly above it)
     weights = torch.tensor([[3.0, 1.0], [1.0, 1.0]])
-    assert S.outside_nucleus(weights, weights.sum(-1), torch.tensor([1, 1]), 0.75).tolist() == [True, False]
+    outside = S.outside_nucleus(weights, weights.sum(-1), S.block_sums(weights), torch.tensor([1, 1]), 0.75)
+    assert outside.tolist() == [True, False]
+
+
+def test_the_block_bound_by_hand_and_never_skips_a_token_outside():
+    """surely_inside by hand: 12 blocks of 128 tokens, one token of weight 1 in block 0, the drawn token (0.2)
+    alone in block 1, ten tail blocks of 128 x 0.001. Drawing 0.2, only block 0 sums to more (1.0 < 0.9 x 2.48):
+    inside by the bound, though 0.2 / 2.48 < 1 - 0.9. Drawing a tail token, every block sums to more: undecided.
+    Then on random rows (peaked to flat, bf16 ties, zeros), for every token of a row: surely inside implies the
+    float64 definition's inside, and the bound decides every token the own-mass rule does and more (blocks of 8
+    tokens here: the vocabulary's size sets how many blocks the tail spreads over)."""
+    w = torch.zeros(1, 1536)
+    w[0, 0], w[0, 128], w[0, 256:] = 1.0, 0.2, 0.001
+    drawn = w[0, [128, 300]]
+    total, sums = w.sum(-1).expand(2), S.block_sums(w).expand(2, -1)
+    assert S.surely_inside(drawn, total, sums, 0.9).tolist() == [True, False]
+    assert S.outside_nucleus(w.expand(2, -1), total, sums, torch.tensor([128, 300]), 0.9).tolist() == [False, False]
+    g = torch.Generator().manual_seed(4)
+    scales = torch.tensor([0.3, 1.0, 3.0, 6.0, 12.0, 30.0])
+    logits = (torch.randn(6, 1544, generator=g) * scales[:, None]).bfloat16().float()  # bf16: many ties; 193 blocks
+    logits[:, ::7] = float("-inf")  # weights of exactly 0
+    weights = (logits - logits.amax(-1, keepdim=True)).exp()
+    w64, decided = weights.double().numpy(), {"bound": 0, "own mass": 0}
+    for top_p in (0.5, 0.9, 0.95, 0.999):
+        for r in range(6):
+            above = np.array([w64[r][w64[r] > d].sum() for d in w64[r]])
+            inside = above < top_p * w64[r].sum()
+            row = weights[r].expand(1544, -1)
+            surely = S.surely_inside(weights[r], row.sum(-1), S.block_sums(row), top_p).numpy()
+            own_mass = w64[r] > (1 - top_p + S.NUCLEUS_MARGIN) * w64[r].sum()
+            assert not (surely & ~inside).any() and not (own_mass & ~surely).any(), (r, top_p)
+            decided["bound"] += surely.sum()
+            decided["own mass"] += own_mass.sum()
+    assert decided["bound"] > 1.5 * decided["own mass"], decided  # 848 against 436
 
 
 def test_uniforms_are_uniform_and_independent():
