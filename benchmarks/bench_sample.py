@@ -270,7 +270,8 @@ def timed_prefills():
     def prefill(*args):
         t = time.perf_counter()
         out = real(*args)
-        ends.append((time.perf_counter(), time.perf_counter() - t))
+        end = time.perf_counter()
+        ends.append((end, end - t))
         return out
     S.prefill = prefill
     try:
@@ -443,15 +444,19 @@ def check_every_row(logits, top_p, keys, step):
         S.NUCLEUS_MARGIN = margin
 
 
+def own_mass_only(drawn, total, sums, top_p):
+    """surely_inside with every block counted (each summing to more than any weight), so the bound never decides
+    and only a drawn token holding more than 1 - top_p itself skips the check: top-p before the block sums' bound."""
+    return surely_inside(drawn, total, torch.full_like(sums, float("inf")), top_p)
+
+
 def own_mass_skip(logits, top_p, keys, step):
-    """Top-p before the block sums' bound: only a drawn token holding more than 1 - top_p itself skips the check
-    (surely_inside with every block counted, so the bound is the total and never decides)."""
-    bound = S.surely_inside
-    S.surely_inside = lambda drawn, total, sums, top_p: bound(drawn, total, sums.new_full(sums.shape, 1e30), top_p)
+    """Top-p with sample_next's skip rule swapped for own_mass_only."""
+    S.surely_inside = own_mass_only
     try:
         return sample_next(logits, 1.0, top_p, 0, keys, step)
     finally:
-        S.surely_inside = bound
+        S.surely_inside = surely_inside
 
 
 def sampling_cost(args):
@@ -508,8 +513,8 @@ def sampling_cost(args):
         probs = logits.softmax(-1)
         token = sample_next(logits, 1.0, 1.0, 0, keys, 3)[0]
         drawn, ones = probs.gather(-1, token[:, None]).squeeze(-1), torch.ones(batch)
-        skip = surely_inside(drawn, ones, block_sums(probs), 0.95)
-        own = surely_inside(drawn, ones, torch.full((batch, 1), 1e30), 0.95)  # every block counted: own mass only
+        sums = block_sums(probs)
+        skip, own = surely_inside(drawn, ones, sums, 0.95), own_mass_only(drawn, ones, sums, 0.95)
         print(f"  {name}: median nucleus {int(torch.isfinite(kept).sum(-1).median())} tokens, median top token "
               f"{probs.amax(-1).median():.3f} of the mass; {int(skip.sum())} of {batch} first draws skip the check "
               f"({int(own.sum())} by their own mass)")

@@ -318,8 +318,8 @@ def test_the_block_bound_by_hand_and_never_skips_a_token_outside():
         for r in range(6):
             above = np.array([w64[r][w64[r] > d].sum() for d in w64[r]])
             inside = above < top_p * w64[r].sum()
-            row = weights[r].expand(1544, -1)
-            surely = S.surely_inside(weights[r], row.sum(-1), S.block_sums(row), top_p).numpy()
+            total, sums = weights[r].sum().expand(1544), S.block_sums(weights[r:r + 1]).expand(1544, -1)
+            surely = S.surely_inside(weights[r], total, sums, top_p).numpy()  # every token of row r as the drawn one
             own_mass = w64[r] > (1 - top_p + S.NUCLEUS_MARGIN) * w64[r].sum()
             assert not (surely & ~inside).any() and not (own_mass & ~surely).any(), (r, top_p)
             decided["bound"] += surely.sum()
