@@ -1,63 +1,141 @@
 """
-Command lines for every script (train_rl.py, evaluate.py, bands.py, tiny.py): flags generated from a config
-dataclass, defaults that depend on other flags (the tiny world's, an objective's), and one clean error line
+Command lines for every script: flags generated from a config dataclass and shown in groups, defaults that
+depend on other flags (the tiny world's, an objective's) shown as the ones in force, and one clean error line
 for bad input.
 
+    arg = arg_group("optimization")                  # the flags below show under "optimization" in --help
     @dataclass
     class Config:
-        steps: int = arg(50, "optimizer updates")       # -> --steps 50
+        steps: int = arg(50, "optimizer updates")   # -> --steps 50
     cfg = parse_config(Config, argv, "what the script does")
     if __name__ == "__main__":
         run_main(main, "script.py")
 """
 
 import argparse
+import errno
+import functools
 import sys
 from dataclasses import field, fields
 
+import torch
 
-def arg(default, help, **kw):
-    """A config field with its flag's help (and any other argparse keyword, e.g. choices or aliases)."""
-    return field(default=default, metadata=dict(help=help, **kw))
+
+def arg(default, help, group=None, **kw):
+    """A config field with its flag's help, its --help group, and any other argparse keyword (e.g. choices)."""
+    return field(default=default, metadata=dict(help=help, group=group, **kw))
+
+
+def arg_group(name):
+    """`arg` for the flags of one --help group."""
+    return functools.partial(arg, group=name)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each flag's default once, after its help (none for flags whose default is "not given")."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "(default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
 
 
 def add_flags(parser, config_class):
-    """One --flag per field of a config dataclass: the type from its annotation (a bool gives --flag and
-    --no-flag), help and any other argparse keywords from its metadata (`aliases` adds option strings such
-    as -k)."""
+    """One --flag per field of a config dataclass, in argument groups by their `group` (in order of first use):
+    the type from its annotation (a bool gives --flag and --no-flag), help and any other argparse keywords from
+    its metadata (`aliases` adds option strings such as -k)."""
+    groups = {}
     for f in fields(config_class):
         meta = dict(f.metadata)
+        name = meta.pop("group", None) or "options"
+        if name not in groups:
+            groups[name] = parser.add_argument_group(name)
         names = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", ())]
         if f.type is bool or bool in getattr(f.type, "__args__", ()):  # bool | None: None means "not given"
-            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=f.default, **meta)
+            groups[name].add_argument(*names, action=argparse.BooleanOptionalAction, default=f.default, **meta)
             continue
         kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))
-        parser.add_argument(*names, type=kind, default=f.default, **meta)
+        groups[name].add_argument(*names, type=kind, default=f.default, **meta)
     return parser
 
 
-def parse_config(config_class, argv, description, defaults=None, prog=None):
+def parse_config(config_class, argv, description, defaults=None, prog=None, epilog=None):
     """A config_class from argv. defaults(first) -> {field: value} gives defaults that depend on other flags
-    (e.g. --model tiny brings the tiny world's budget): it sees a first parse, and flags given still win."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_flags(parser, config_class)
+    (e.g. --model tiny brings the tiny world's budget): it sees a first parse, flags given still win, and
+    --help shows the defaults in force for the flags given with it."""
+    def parser(with_help):
+        return add_flags(argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+                                                 formatter_class=HelpFormatter, add_help=with_help), config_class)
+    final = parser(True)
     if defaults is not None:
-        first, _ = parser.parse_known_args(argv)
-        parser.set_defaults(**defaults(first))
-    return config_class(**vars(parser.parse_args(argv)))
+        first, _ = parser(False).parse_known_args(argv)
+        final.set_defaults(**defaults(first))
+    cfg = config_class(**vars(final.parse_args(argv)))
+    check_choices(cfg)
+    return cfg
 
 
-# The errors bad input raises (a malformed data row, a missing model, a bad flag value, a resume mismatch):
-# they name the file and line, the flag or the model. Anything else is a bug and keeps its traceback.
+def check_choices(cfg):
+    """A field with `choices` holds one of them, also when the config was built in Python (no argparse)."""
+    for f in fields(cfg):
+        choices, value = f.metadata.get("choices"), getattr(cfg, f.name)
+        if choices is not None and value is not None and value not in choices:  # None: "not given"
+            raise ValueError(f"--{f.name.replace('_', '-')} must be one of {', '.join(map(str, choices))}, "
+                             f"got {value!r}")
+
+
+def flag(name):
+    """The command-line spelling of a config field."""
+    return "--" + name.replace("_", "-")
+
+
+def check_device(device):
+    """--device: '' (cuda when available), cpu, cuda or cuda:N, and cuda only with a CUDA build and a GPU."""
+    kind, _, index = (device or "").partition(":")
+    if kind not in ("", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise ValueError(f"--device {device!r}: use cpu, cuda or cuda:N (or leave it out: cuda when available)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA GPU; install a CUDA build "
+                         f"of torch on a GPU machine, or use --device cpu")
+
+
+# -----------------------------------------------------------------------------
+# Errors: bad input (a malformed data row, a missing model, a bad flag value, a resume mismatch, a directory
+# that cannot be written) ends a script with one line naming the file and line, the flag or the model. Anything
+# else is a bug and keeps its traceback.
+
 EXPECTED_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
+DISK_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+               errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+               errno.EROFS: "read-only file system", errno.EISDIR: "is a directory",
+               errno.ENOTDIR: "not a directory", errno.ENAMETOOLONG: "file name too long"}
+
+
+def error_line(e):
+    """The one line an expected error prints, or None for a bug."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+        where = e.filename or "a file"
+        return (f"{where}: {DISK_ERRORS[e.errno]}; free space, fix the permissions, or choose another --out "
+                f"(nothing was left half-written)")
+    if isinstance(e, EXPECTED_ERRORS):
+        return str(e)
+    if type(e).__name__ == "SafetensorError" and ("No space" in str(e) or "StorageFull" in str(e)):
+        return "no space left on device while writing a safetensors file; free space and rerun with --resume"
+    return None
 
 
 def run_main(main, prog):
     """Run a command-line main: expected errors end the program with one `prog: error: ...` line (exit 2, as
-    argparse's own errors), not a traceback."""
+    argparse's own errors), Ctrl-C with exit status 130 (after what the script saves on it)."""
     try:
         return main()
-    except EXPECTED_ERRORS as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 -- sorted into expected errors and bugs just below
+        line = error_line(e)
+        if line is None:
+            raise
+        print(f"{prog}: error: {line}", file=sys.stderr)
         sys.exit(2)

@@ -1,6 +1,7 @@
 """
 Which problems a step draws, and which rollouts it learns from: a pass-rate curriculum and a replay buffer of
-the policy's own rare successes (train_rl.py --select pass_rate, --replay-fraction F).
+the policy's own rare successes (train_rl.py --select pass_rate, --replay-fraction F); and the reward controls
+every claimed gain is set beside (--reward random, format). The study that measures them: research/exploration/.
 
 Pass-rate curriculum (--select pass_rate; the default, uniform, draws each epoch's permutation):
 - A table of attempts and successes per training problem, updated from every group the step samples.
@@ -22,8 +23,6 @@ Replay (--replay-fraction F; ExGRPO, Zhan et al. 2025; RePO, Li et al. 2025):
   log-probs it was sampled with and clipped as every other ratio (train_rl.policy_update).
 Both are deterministic given the seed, and both are saved with each checkpoint, so --resume is exact.
 """
-
-import math
 
 import torch
 
@@ -162,24 +161,27 @@ def control_pass(kind, rollout):
 
 
 # -----------------------------------------------------------------------------
-# A pass@k advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration and Exploitation")
+# The data state a run's steps share, saved with each checkpoint
 
 
-def passk_advantages(correct, k):
-    """(P, G) bools -> (P, G) advantages that maximize pass@k of the group (Chen et al. 2025, sec. 3.3): with
-    N samples, c right, rho = 1 - C(N-c, k)/C(N, k), sigma = sqrt(rho (1 - rho)), a right sample gets
-    (1 - rho)/sigma and a wrong one (1 - rho - C(N-c-1, k-1)/C(N-1, k-1))/sigma; 0 where sigma = 0 (all right,
-    all wrong, or k = N). Exact integer binomials (math.comb), so nothing overflows."""
-    N = correct.shape[1]
-    if not 1 <= k <= N:
-        raise ValueError(f"--passk-k must be in [1, --group-size {N}], got {k}")
-    out = torch.zeros(correct.shape, dtype=torch.float32)
-    for i, row in enumerate(correct.tolist()):
-        c = sum(row)
-        rho = 1 - math.comb(N - c, k) / math.comb(N, k)
-        sigma = math.sqrt(rho * (1 - rho))
-        if sigma < 1e-12:
-            continue
-        wrong = (1 - rho - math.comb(N - c - 1, k - 1) / math.comb(N - 1, k - 1)) / sigma
-        out[i] = torch.tensor([(1 - rho) / sigma if ok else wrong for ok in row])
+def new_selection(cfg, train_set):
+    """{'pass_rates': PassRates, 'replay': ReplayBuffer}, each only when its flag is on."""
+    out = {}
+    if cfg.select == "pass_rate":
+        out["pass_rates"] = PassRates([p["id"] for p in train_set], cfg.pass_rate_floor, cfg.skip_window)
+    if cfg.replay_fraction:
+        out["replay"] = ReplayBuffer(cfg.replay_size, cfg.replay_max_rate)
+    return out
+
+
+def selection_metrics(selection, replayed):
+    """What a step logs of the data state: the pass-rate histogram and how many problems are skipped; groups given
+    a replayed success and the buffer's size."""
+    out = {}
+    if "pass_rates" in selection:
+        table = selection["pass_rates"]
+        out.update(pass_rate_histogram=table.histogram(),
+                   skipped_problems=sum(table.skipped(i) for i in range(len(table.attempts))))
+    if "replay" in selection:
+        out.update(replayed_groups=replayed, replay_buffer=len(selection["replay"].entries))
     return out

@@ -5,6 +5,9 @@ seeds, so what is drawn does not depend on the number of ranks) and the rollouts
 then computes the same advantages, batch and metrics. Each trains on a share of the batch rows, and the
 gradients are summed: the loss divides by batch-wide counts, so a rank's loss is its share of the batch
 loss. Rank 0 writes the run directory. Without torchrun's variables all of this is a no-op.
+
+Also here: the whole copy of the policy that sampling uses (sampling_copy): the policy itself on a CPU, a bf16
+copy on a GPU, and under FSDP, where the policy holds only shards, a whole copy on every rank.
 """
 
 import os
@@ -12,6 +15,9 @@ import sys
 
 import torch
 import torch.distributed as dist
+
+import checkpoint
+import lora
 
 
 def setup_distributed(device):
@@ -138,3 +144,49 @@ def load_sharded_optimizer_state(policy, optimizer, opt_state):
     names = dict(enumerate(name for name, _ in policy.named_parameters()))
     set_optimizer_state_dict(policy, optimizer, renumbered(opt_state, names),
                              options=StateDictOptions(full_state_dict=True))
+
+
+# -----------------------------------------------------------------------------
+# The copy of the policy that samples
+
+
+def plain_model(policy, state=None):
+    """The policy as an ordinary (or looped) Qwen3 with LoRA adapters merged, sharing tensors where it can; or with
+    the weights `state` (FSDP's gathered ones)."""
+    plain = checkpoint.empty_model(policy.config)
+    if state is None:
+        state = lora.merged_state_dict(policy) if has_lora(policy) else policy.state_dict()
+    plain.load_state_dict(state, assign=True)
+    if policy.config.tie_word_embeddings:
+        plain.lm_head.weight = plain.model.embed_tokens.weight
+    return plain
+
+
+def has_lora(policy):
+    return any(isinstance(m, lora.LoRALinear) for m in policy.modules())
+
+
+def sampling_copy(policy, device):
+    """CPU: the fp32 policy itself. GPU: a bf16 copy, refreshed after every update. With --fsdp the policy holds
+    only shards, so each rank samples from a whole copy (fp32 on CPU)."""
+    if is_sharded(policy):
+        copy = checkpoint.empty_model(policy.config)
+        copy = copy.to_empty(device=device).to(torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        if policy.config.tie_word_embeddings:
+            copy.lm_head.weight = copy.model.embed_tokens.weight
+        refresh_sampling_copy(copy, policy)
+        return copy.eval()
+    return policy if not device.startswith("cuda") else plain_model(policy).to(torch.bfloat16).eval()
+
+
+def refresh_sampling_copy(copy, policy):
+    """The copy takes the policy's new weights (a no-op when it is the policy)."""
+    if copy is policy:
+        return
+    if is_sharded(policy):  # gather one tensor at a time: no rank ever holds a second whole fp32 model
+        with torch.no_grad():
+            target = copy.state_dict()
+            for name, t in policy.state_dict().items():
+                target[name].copy_(whole(t))
+        return
+    copy.load_state_dict(plain_model(policy).state_dict())

@@ -33,9 +33,7 @@ sampler makes a prompt's samples independent of the rest of its batch (the dispe
 """
 
 import argparse
-import copy
 import json
-import math
 import os
 import sys
 import time
@@ -44,180 +42,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-import model as M
-import problems as P
-import sample
-import tiny
-import verify
+import checkpoint
 import cli
-from cli import arg
+import looped
+import problems as P
+import runs
+import sample
+import verify
+from diversity import completion_embeddings, embedding_dispersion
+from model import default_dtype, flops_per_token
+from stats import bootstrap_paired, mcnemar_exact, pass_at_k, wilson
 
 # settings that change the numbers: a resumed run must match all of them
 PROTOCOL_KEYS = ("model", "dataset", "dtype", "template", "max_new_tokens", "samples", "temperature", "top_p", "seed",
                  "grader", "loop")
 OLD_PROTOCOL = {"grader": "answer", "loop": ""}  # what a settings.json written before a key existed meant
-
-# -----------------------------------------------------------------------------
-# Statistics
-
-
-def wilson(correct, n, z=1.96):
-    """95% Wilson score interval of a binomial proportion (Wilson 1927); (0, 1) when n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = correct / n
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def pass_at_k(n, c, k):
-    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021, eq. 1),
-    computed as a product of ratios so that large n never overflows."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0  # every draw of k samples holds a correct one
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
-def majority_vote(answers, equivalent=verify.is_equivalent):
-    """Index of the sample whose answer wins the vote, or None when no sample has an answer.
-
-    Each answer joins the first group whose first answer it is equivalent to; None does not vote.
-    Tie rule: the group whose first sample came earliest wins.
-    """
-    groups = []  # [index of the group's first sample, votes]
-    for i, a in enumerate(answers):
-        if a is None:
-            continue
-        for g in groups:
-            if equivalent(a, answers[g[0]]):
-                g[1] += 1
-                break
-        else:
-            groups.append([i, 1])
-    return max(groups, key=lambda g: (g[1], -g[0]))[0] if groups else None
-
-
-def bootstrap_paired(a, b, n_boot=10_000, seed=0):
-    """Paired difference mean(b) - mean(a) of per-problem 0/1 scores and its 95% percentile bootstrap
-    interval over problems (Efron & Tibshirani 1993). Each problem's difference is -1, 0 or 1, so one
-    bootstrap resample is exactly a multinomial draw of those three counts."""
-    d = np.asarray(b, dtype=int) - np.asarray(a, dtype=int)
-    n = len(d)
-    counts = np.array([(d == -1).sum(), (d == 0).sum(), (d == 1).sum()])
-    draws = np.random.default_rng(seed).multinomial(n, counts / n, size=n_boot)  # (n_boot, 3)
-    means = (draws[:, 2] - draws[:, 0]) / n
-    return float(d.mean()), (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
-
-
-def mcnemar_exact(only_a, only_b):
-    """Two-sided exact McNemar p-value: a binomial test of the discordant pairs against 1/2."""
-    n = only_a + only_b
-    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
-# -----------------------------------------------------------------------------
-# Embedding dispersion: how far apart a group's completions are in the policy's own representation
-
-
-def embedding_dispersion(embeddings):
-    """Mean pairwise cosine distance 1 - cos(e_i, e_j) over the G(G-1)/2 pairs of a group's embeddings (G, d):
-    0 when all point the same way (identical completions), 1 for orthogonal ones, at most 2. nan for a group
-    of one, which has no pair. A zero vector counts as cosine 0 to everything (F.normalize leaves it zero).
-
-    With completion_embeddings this is a diversity signal of a group of completions: 0 means the policy
-    represents them all alike. What it cannot show: the embedding is the policy's own (final hidden states),
-    so the scale moves as the policy trains, and values from different checkpoints are not on one ruler;
-    mean pooling over tokens blurs order (two completions with the same lines in another order come out
-    close); and it is not a length spread, nor a count of distinct answers (train_rl.group_diversity has
-    those): two completions of equal length can be far apart, and a short and a long one that say the same
-    can be close."""
-    e = torch.as_tensor(embeddings, dtype=torch.float64).cpu()
-    if e.dim() != 2:
-        raise ValueError(f"embedding_dispersion needs a (G, d) tensor of embeddings, got shape {tuple(e.shape)}")
-    G = e.shape[0]
-    if G < 2:
-        return float("nan")
-    e = F.normalize(e, dim=1)
-    i, j = torch.triu_indices(G, G, 1)  # each unordered pair once
-    return float((1.0 - (e[i] * e[j]).sum(1)).clamp(min=0.0).mean())  # clamp: rounding below 0 for equal vectors
-
-
-@torch.no_grad()
-def completion_embeddings(model, prompts, completions, batch_tokens=4096, token_budget=None):
-    """(N, hidden) float32 CPU tensor: for completion i, the mean over its own positions of the model's
-    final-normed hidden states (model.hidden_states, what the LM head reads) on prompts[i] + completions[i].
-    Prompt positions and padding are left out of the mean; the stop token, when the completion has one, is a
-    completion token. prompts and completions are lists of token-id lists, completions non-empty.
-
-    Batched as sample.generate batches: the completions of one prompt (a group) share one prefill of it in a
-    KV cache, left-padded across prompts, in chunks of whole groups whose cache (rows x slots) stays within
-    token_budget (default sample.default_token_budget, as generate's). Then the chunk's completions run
-    longest first, right-padded, about batch_tokens padded tokens per forward, each batch on a copy of its
-    prompts' cache rows; attention is causal, so no real position sees the padding after it, and an embedding
-    is the same up to float rounding whatever else shares its batch. Eval mode (the model's mode is restored
-    after), on the model's device and dtype, under the caller's autocast if any. Pass a whole model (under
-    FSDP, the sampling copy): hidden_states bypasses the forward hooks that would gather sharded weights."""
-    if len(prompts) != len(completions):
-        raise ValueError(f"completion_embeddings: {len(prompts)} prompts but {len(completions)} completions")
-    empty = [i for i, c in enumerate(completions) if len(c) == 0]
-    if empty:
-        raise ValueError(f"completion_embeddings: completion {empty[0]} has no tokens to pool")
-    token_budget = token_budget or sample.default_token_budget(model)
-    groups = {}  # prompt -> the indices of its completions
-    for i, p in enumerate(prompts):
-        groups.setdefault(tuple(p), []).append(i)
-    longest = {p: max(len(completions[i]) for i in rows) for p, rows in groups.items()}
-    chunks, shape = [], (0, 0, 0)  # the last chunk's rows, longest prompt, longest completion
-    for prompt in sorted(groups, key=lambda p: -(len(p) + longest[p])):  # longest first: less padding
-        grown = (shape[0] + len(groups[prompt]), max(shape[1], len(prompt)), max(shape[2], longest[prompt]))
-        if not chunks or grown[0] * (grown[1] + grown[2]) > token_budget:  # a chunk's cache: rows x slots
-            chunks.append([])
-            grown = (len(groups[prompt]), len(prompt), longest[prompt])
-        chunks[-1].append(prompt)
-        shape = grown
-    out = torch.empty(len(prompts), model.config.hidden_size)
-    was_training = model.training
-    model.eval()
-    try:
-        for chunk in chunks:
-            embed_chunk(model, [list(p) for p in chunk], [groups[p] for p in chunk], completions, batch_tokens, out)
-    finally:
-        model.train(was_training)
-    return out
-
-
-def embed_chunk(model, prompts, groups, completions, batch_tokens, out):
-    """completion_embeddings of one chunk into out: distinct prompts, groups[b] the indices of prompt b's
-    completions."""
-    device = next(model.parameters()).device
-    B, L = len(prompts), max(len(p) for p in prompts)
-    cache = model.new_cache(B, L + max(len(completions[i]) for g in groups for i in g))
-    if L:  # prefill each prompt once, left-padded (KVCache.pad); only its cache is needed
-        ids = torch.zeros(B, L, dtype=torch.long)  # the pad id is never attended to
-        for b, p in enumerate(prompts):
-            ids[b, L - len(p):] = torch.tensor(p)
-        cache.pad = torch.tensor([L - len(p) for p in prompts], device=device)
-        model.hidden_states(ids.to(device), cache)
-    row_of = {i: b for b, g in enumerate(groups) for i in g}  # completion -> its prompt's cache row
-    todo = [i for g in groups for i in g]
-    for batch in sample.pack_by_length([len(completions[i]) for i in todo], batch_tokens):
-        rows = [todo[j] for j in batch]
-        C = len(completions[rows[0]])  # the longest: pack_by_length puts it first
-        sub = copy.copy(cache)  # select() gives the copy its own tensors: the prefill stays for the next batch
-        sub.select([row_of[i] for i in rows])
-        ids, weights = torch.zeros(len(rows), C, dtype=torch.long), torch.zeros(len(rows), 1, C)  # (R, C), (R, 1, C)
-        for r, i in enumerate(rows):
-            ids[r, :len(completions[i])] = torch.tensor(list(completions[i]))
-            weights[r, 0, :len(completions[i])] = 1.0 / len(completions[i])  # the mean over the completion, 0 on pads
-        h = model.hidden_states(ids.to(device), sub).float()  # (R, C, hidden)
-        out[rows] = torch.bmm(weights.to(device), h)[:, 0].cpu()  # (R, hidden)
-
 
 # -----------------------------------------------------------------------------
 # Records: one JSON line per problem, appended per batch, so a killed run resumes
@@ -268,7 +108,7 @@ def open_run(out_dir, settings, problems):
         raise ValueError(f"{records_path}: exists without settings.json, so its protocol cannot be checked; use "
                          f"another --out, or delete it to start over")
     else:
-        write_json(settings_path, settings)
+        runs.write_json(settings_path, settings)
     if not records_path.is_file():
         return []
     records, complete = read_records(records_path, partial_tail_ok=True)
@@ -292,23 +132,36 @@ def append_records(path, records):
         os.fsync(f.fileno())
 
 
-def write_json(path, obj):
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)  # atomic: a reader never sees half a file
-
-
 # -----------------------------------------------------------------------------
 # Grading: samples -> records, with the checker the RL reward uses
+
+
+def majority_vote(answers, equivalent=verify.is_equivalent):
+    """Index of the sample whose answer wins the vote, or None when no sample has an answer.
+
+    Each answer joins the first group whose first answer it is equivalent to; None does not vote.
+    Tie rule: the group whose first sample came earliest wins.
+    """
+    groups = []  # [index of the group's first sample, votes]
+    for i, a in enumerate(answers):
+        if a is None:
+            continue
+        for g in groups:
+            if equivalent(a, answers[g[0]]):
+                g[1] += 1
+                break
+        else:
+            groups.append([i, 1])
+    return max(groups, key=lambda g: (g[1], -g[0]))[0] if groups else None
 
 
 def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None, grader="answer"):
     """One record per problem from its samples (dicts with response, completion_tokens, finish_reason).
     `seconds` is the generation time per problem: its batch's time over the batch size. `group_by` names a
     problem field copied into the record (source, subject and level always are). `grader` 'steps' is the
-    tiny ladder's rule (tiny.check_steps: the worked lines must be the problem's chain)."""
+    tiny ladder's rule (verify.check_steps: the worked lines must be the problem's chain)."""
     responses = [s["response"] for group in samples for s in group]
-    correct, rewards = tiny.grade_with(grader, responses, [p for p, group in zip(problems, samples) for _ in group])
+    correct, rewards = verify.grade_with(grader, responses, [p for p, group in zip(problems, samples) for _ in group])
     records, i = [], 0
     for p, n_prompt, group in zip(problems, prompt_tokens, samples):
         graded = []
@@ -357,7 +210,8 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
     With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}.
     With dispersion and samples > 1, each record gets its samples' embedding_dispersion. `continuous` picks the
-    sampler's continuous batching over chunks (default: use_slots); the records are the same either way."""
+    sampler's continuous batching over chunks (default: use_slots); the records are the same either way.
+    `progress` True (or a label for it) prints a progress line with an ETA on stderr."""
     if samples > 1 and temperature == 0:
         raise ValueError(f"samples={samples} needs temperature > 0: greedy samples are all the same")
     ids = [p["id"] for p in problems]
@@ -372,7 +226,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
                     batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile, grader=grader,
-                    loop=M.loop_spec(model.config))  # looped depth (model.py): '' for a plain model
+                    loop=looped.loop_spec(model.config))  # looped depth (model.py): '' for a plain model
     t0, unverified = time.time(), sum(verify.ERRORS.values())
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
@@ -408,7 +262,8 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
             elapsed, done_now = time.time() - t0, start + len(batch)
             accuracy = sum(r["correct"] for r in finished.values()) / len(finished)
             eta = elapsed / done_now * (len(todo) - done_now)
-            print(f"\reval: {len(finished)}/{len(problems)} problems, accuracy so far {accuracy:.1%}, "
+            label = progress if isinstance(progress, str) else "eval"
+            print(f"\r{label}: {len(finished)}/{len(problems)} problems, accuracy so far {accuracy:.1%}, "
                   f"{new_tokens / elapsed:.0f} tok/s, ETA {eta / 60:.1f} min ", end="", file=sys.stderr, flush=True)
     if progress and todo:
         print(file=sys.stderr)
@@ -421,7 +276,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
             r.setdefault(group_by, p.get(group_by))
     summary = summarize(records, settings, config=model.config, wall_time=time.time() - t0)
     if out_dir:
-        write_json(Path(out_dir) / "summary.json", summary)
+        runs.write_json(Path(out_dir) / "summary.json", summary)
     return records, summary
 
 
@@ -447,9 +302,9 @@ def inference_flops(config, records):
     total = 0.0
     for r in records:
         p = r["prompt_tokens"]
-        total += p * M.flops_per_token(config, (1 + p) / 2)
+        total += p * flops_per_token(config, (1 + p) / 2)
         for s in samples_of(r):
-            total += (s["completion_tokens"] - 1) * M.flops_per_token(config, p + s["completion_tokens"] / 2)
+            total += (s["completion_tokens"] - 1) * flops_per_token(config, p + s["completion_tokens"] / 2)
     return total
 
 
@@ -580,10 +435,10 @@ def grade_responses(path, problems, tokenizer=None, template="base", out_dir=Non
             raise ValueError(f"{out_dir}: holds another evaluation ({old.get('responses') or old.get('model')}); "
                              f"grade into another --out")
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_json(out_dir / "settings.json", settings)
+        runs.write_json(out_dir / "settings.json", settings)
         (out_dir / "records.jsonl").unlink(missing_ok=True)  # regrading is idempotent: rewrite, not resume
         append_records(out_dir / "records.jsonl", records)
-        write_json(out_dir / "summary.json", summary)
+        runs.write_json(out_dir / "summary.json", summary)
     return records, summary
 
 
@@ -628,61 +483,71 @@ def format_compare(c):
 # CLI: flags generated from the config dataclass (cli.py)
 
 
+data_arg, sampling_arg, run_arg = map(cli.arg_group, ("model and data", "protocol", "run"))
+
+
 @dataclass
 class EvalConfig:
-    model: str = arg(M.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
-    dataset: str = arg("math500", f"{', '.join(P.DATASETS)}, or a .jsonl path with 'problem' and 'answer'")
-    template: str = arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
-    max_new_tokens: int = arg(2048, "generation budget per sample")
-    batch_size: int = arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
-                               "row's place goes to a waiting problem); records are flushed after each call")
-    limit: int | None = arg(None, "evaluate only the first N problems")
-    samples: int = arg(1, "samples per problem; > 1 reports pass@k and the majority vote (needs --temperature)")
-    temperature: float = arg(0.0, "sampling temperature; 0 is greedy")
-    top_p: float = arg(1.0, "nucleus sampling mass")
-    seed: int = arg(0, "sampling seed (problem i is drawn with a seed made of (seed, i), whatever the batch)")
-    dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
-                            choices=("float32", "bfloat16", "float16"))
-    device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
-    compile: bool = arg(False, "torch.compile the decode step (for CUDA; slower on a CPU)")
-    out: str | None = arg(None, "output directory (default runs/eval/<model>-<dataset>)")
-    responses: str | None = arg(None, "grade this JSONL of {id, response} from another engine instead of "
-                                      "generating (--model then only supplies the tokenizer for token counts)")
-    group_by: str | None = arg(None, "also report accuracy per value of this problem field (e.g. source); "
-                                     "problems without the field count under '?'")
-    grader: str = arg("answer", "answer: verify.grade (the final answer); steps: the tiny ladder's rule, the worked "
-                                "lines must be the problem's chain too (tiny.check_steps)", choices=tiny.GRADERS)
-    dispersion: bool = arg(True, "with --samples > 1, the mean pairwise cosine distance of each problem's samples "
-                                 "embedded by the model (evaluate.embedding_dispersion): one more forward over every "
-                                 "prompt and completion")
-    loop: str = arg("", "looped depth START:END:N on a plain checkpoint: layers [START, END) run N times with shared "
-                        "weights and zero gates, so the logits stay the plain model's and only the compute grows "
-                        "(model.py; a looped checkpoint keeps its own loop)")
+    model: str = data_arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, tiny, tiny-ladder, or a Hugging Face repo id")
+    dataset: str = data_arg("math500", f"{', '.join(P.DATASETS)}, or a .jsonl path with 'problem' and 'answer'")
+    limit: int | None = data_arg(None, "evaluate only the first N problems")
+    responses: str | None = data_arg(None, "grade this JSONL of {id, response} from another engine instead of "
+                                           "generating (--model then only supplies the tokenizer for token counts)")
+    loop: str = data_arg("", "looped depth START:END:N on a plain checkpoint: layers [START, END) run N times with "
+                             "shared weights and zero gates, so the logits stay the plain model's and only the compute "
+                             "grows (looped.py; a looped checkpoint keeps its own loop)")
+    template: str = sampling_arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
+    max_new_tokens: int = sampling_arg(2048, "generation budget per sample")
+    samples: int = sampling_arg(1, "samples per problem; > 1 reports pass@k and the majority vote (needs --temperature)")
+    temperature: float = sampling_arg(0.0, "sampling temperature; 0 is greedy")
+    top_p: float = sampling_arg(1.0, "nucleus sampling mass, in (0, 1]")
+    seed: int = sampling_arg(0, "sampling seed (problem i is drawn with a seed made of (seed, i), whatever the batch)")
+    grader: str = sampling_arg("answer", "answer: verify.grade (the final answer); steps: the tiny ladder's rule, the "
+                                         "worked lines must be the problem's chain too (verify.check_steps)",
+                               choices=verify.GRADERS)
+    group_by: str | None = sampling_arg(None, "also report accuracy per value of this problem field (e.g. source); "
+                                              "problems without the field count under '?'")
+    dispersion: bool = sampling_arg(True, "with --samples > 1, the mean pairwise cosine distance of each problem's "
+                                          "samples embedded by the model (diversity.py): one more forward over every "
+                                          "prompt and completion")
+    dtype: str | None = run_arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
+                                choices=("float32", "bfloat16", "float16"))
+    device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
+    batch_size: int = run_arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
+                                  "row's place goes to a waiting problem); records are flushed after each call")
+    compile: bool = run_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
+    out: str | None = run_arg(None, "output directory (default runs/eval/<model>-<dataset>)")
 
 
 # The tiny world (--model tiny, or a model trained from it): its test split, a budget that fits its context.
-TINY_DEFAULTS = dict(dataset="tiny_test", max_new_tokens=tiny.MAX_NEW_TOKENS, group_by="level")
+TINY_DEFAULTS = dict(dataset="tiny_test", max_new_tokens=64, group_by="level")
 # The tiny ladder (--dataset tiny_ladder_val or _test): its budget fits the top rung, its grader checks the steps.
-LADDER_DEFAULTS = dict(max_new_tokens=tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
+LADDER_DEFAULTS = dict(max_new_tokens=128, group_by="level", grader="steps")
+EPILOG = ("--model tiny (or a run trained from it) brings " + ", ".join(f"{cli.flag(k)} {v}" for k, v in
+                                                                        TINY_DEFAULTS.items())
+          + "; a tiny_ladder data set brings " + ", ".join(f"{cli.flag(k)} {v}" for k, v in LADDER_DEFAULTS.items())
+          + ". Flags given win. `evaluate.py compare A B [--n-boot N --seed S]` compares two records files.")
 
 
 def flag_defaults(first):
     """The tiny world's defaults with its model, the ladder's with its data sets; flags given still win."""
-    out = dict(TINY_DEFAULTS) if M.is_tiny_world(first.model) else {}
+    out = dict(TINY_DEFAULTS) if checkpoint.is_tiny_world(first.model) else {}
     out.update(LADDER_DEFAULTS if Path(first.dataset).stem.startswith("tiny_ladder") else {})
     return out
 
 
 def check_config(cfg):
     """Refuse flag values that cannot run, naming the flag."""
+    cli.check_choices(cfg)
     for name in ("max_new_tokens", "batch_size", "samples", "limit"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
+            raise ValueError(f"{cli.flag(name)} must be at least 1, got {getattr(cfg, name)}")
     if cfg.temperature < 0 or not 0 < cfg.top_p <= 1:
         raise ValueError(f"--temperature must be >= 0 and --top-p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
     if cfg.samples > 1 and cfg.temperature == 0 and not cfg.responses:
         raise ValueError(f"--samples {cfg.samples} needs --temperature > 0: greedy samples are all the same")
-    M.parse_loop(cfg.loop, None)  # the syntax before the model loads; add_loop checks the layer range
+    looped.parse_loop(cfg.loop, None)  # the syntax before the model loads; add_loop checks the layer range
+    cli.check_device(cfg.device)
 
 
 def main(argv=None):
@@ -698,9 +563,8 @@ def main(argv=None):
         result = compare(args.a, args.b, args.n_boot, args.seed)
         print(format_compare(result))
         return result
-    cfg = cli.parse_config(EvalConfig, argv, "Evaluate a model on a math data set (protocol: the module docstring). "
-                           "`evaluate.py compare A B [--n-boot N --seed S]` compares two records files.",
-                           defaults=flag_defaults)
+    cfg = cli.parse_config(EvalConfig, argv, "Evaluate a model on a math data set (the protocol: evaluate.py's "
+                           "docstring).", defaults=flag_defaults, epilog=EPILOG, prog="evaluate.py")
     check_config(cfg)
     problems = P.load_problems(cfg.dataset, cfg.limit)
     # runs/grpo/final -> grpo-final; Qwen/Qwen3-0.6B-Base -> Qwen3-0.6B-Base
@@ -708,20 +572,25 @@ def main(argv=None):
         "-".join(Path(cfg.model).parts[-2:]) if Path(cfg.model).is_dir() else Path(cfg.model).name
     name += f"-loop{cfg.loop.replace(':', '-')}" if cfg.loop else ""
     out = Path(cfg.out or f"runs/eval/{name}-{Path(cfg.dataset).stem}")
-    print(f"evaluate: {cfg}", file=sys.stderr)
+    runs.check_out(out, "eval", resume=True)
+    tokenizer = checkpoint.load_tokenizer(cfg.model)
     if cfg.responses:
-        tokenizer = M.load_tokenizer(cfg.model)
+        runs.claim(out, "eval", resume=True)  # held until this process ends
         _, summary = grade_responses(cfg.responses, problems, tokenizer, cfg.template, out, cfg.dataset,
                                      cfg.group_by, cfg.grader)
     else:
-        device = cfg.device or M.default_device()
-        dtype = getattr(torch, cfg.dtype) if cfg.dtype else M.default_dtype(device)
-        net, tokenizer = M.load_model(cfg.model, dtype=dtype, device=device), M.load_tokenizer(cfg.model)
-        M.add_loop(net, cfg.loop)
+        device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = getattr(torch, cfg.dtype) if cfg.dtype else default_dtype(device)
+        net = looped.add_loop(checkpoint.load_model(cfg.model, dtype=dtype, device=device), cfg.loop)
+        runs.claim(out, "eval", resume=True)  # held until this process ends
+        print(f"evaluate.py: {cfg.model} on {cfg.dataset} ({len(problems)} problems), {cfg.max_new_tokens} new tokens, "
+              + (f"{cfg.samples} samples at T {cfg.temperature:g}" if cfg.samples > 1 else "greedy")
+              + f", grader {cfg.grader}, into {out}", file=sys.stderr)
         _, summary = evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                               cfg.samples, cfg.temperature, cfg.top_p, cfg.seed, out, progress=True,
                               dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile, grader=cfg.grader,
                               dispersion=cfg.dispersion)
+    runs.release(out)
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}   summary: {out / 'summary.json'}")
     return summary

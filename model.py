@@ -1,5 +1,6 @@
 """
-Qwen3, written from scratch in plain PyTorch, plus Hugging Face checkpoint and tokenizer I/O.
+Qwen3, written from scratch in plain PyTorch: the network, its KV cache, token log-probs, and its parameter
+and FLOP counts. Loading and saving Hugging Face checkpoints is checkpoint.py; looped depth is looped.py.
 
 Architecture (Qwen3 technical report, 2025; the dense models):
     tokens -> embedding -> N x [RMSNorm -> grouped-query attention (per-head q/k RMSNorm, RoPE)
@@ -12,24 +13,13 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
 
-Looped depth (`add_loop`, `--loop START:END:N`) is an option of this one model: layers [START, END) run N times
-with shared weights behind zero-initialised gates, exactly the plain model at the start (docs/looped.md).
-
 For training speed and memory, RMSNorm, RoPE and the LM-head log-probs (`token_logprobs`) are
 autograd Functions with hand-written backward passes: fewer full-size ops and fewer saved activations
 than autograd through the formulas (benchmarks/bench_model.py; tests/test_model.py checks each against
 finite differences and the whole model against transformers).
 """
 
-import copy
-import dataclasses
 import json
-import os
-import shutil
-import sys
-import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -38,21 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-import lora
-
-REPO_DIR = Path(__file__).resolve().parent
-DEFAULT_MODEL = "Qwen/Qwen3-0.6B-Base"
-TINY_MODEL_DIR = REPO_DIR / "tiny_model"  # the embedded tiny world's checkpoint (`--model tiny`)
-# The tiny world's named checkpoints: `tiny`, and `tiny-ladder`, the ladder's start (tiny.py's docstring builds both)
-TINY_MODELS = {"tiny": TINY_MODEL_DIR, "tiny-ladder": REPO_DIR / "tiny_ladder_model"}
-QWEN3_TOKENIZER = REPO_DIR / "data" / "qwen3-tokenizer" / "tokenizer.json"
-
 # -----------------------------------------------------------------------------
 # Config: field names are the Hugging Face config.json names.
-
-LOOPED_MODEL_TYPE, LOOPED_ARCHITECTURE = "looped_qwen3", "LoopedQwen3ForCausalLM"  # unknown to transformers
-LOOP_KEYS = ("loop_start", "loop_end", "loop_count", "loop_lora_rank", "loop_lora_alpha")
-LOOP_FILE = "loop.safetensors"  # a looped checkpoint's own tensors, beside model.safetensors
 
 
 @dataclass
@@ -71,30 +48,24 @@ class Qwen3Config:
     bos_token_id: int | None = 151643
     eos_token_id: int | None = 151643
     torch_dtype: str = "bfloat16"  # the dtype the weights are stored in
-    # looped depth (our own keys; a looped config.json says model_type "looped_qwen3"): layers
-    # [loop_start, loop_end) run loop_count times with shared weights; loop_count 1 is the plain model
-    loop_start: int = 0
-    loop_end: int = 0
-    loop_count: int = 1
-    loop_lora_rank: int = 0  # per-loop LoRA adapters on the looped layers' projections (0: none)
-    loop_lora_alpha: float = 16.0
+
+    MODEL_TYPE, ARCHITECTURE = "qwen3", "Qwen3ForCausalLM"  # what config.json says (class constants, not fields)
 
     @property
     def layer_passes(self):
-        """Decoder-layer passes per token: every layer once, plus the looped ones loop_count - 1 more times."""
-        return self.num_hidden_layers + (self.loop_count - 1) * (self.loop_end - self.loop_start)
+        """Decoder-layer passes per token (looped depth runs some layers more than once: looped.py)."""
+        return self.num_hidden_layers
+
+    extra_parameters = 0  # trainable parameters beyond the plain model's (looped depth's gates, embeddings, adapters)
+    extra_matmul_weights = 0  # matmul weights a token passes beyond the layers' (looped depth's per-loop adapters)
 
     @classmethod
     def from_dict(cls, d, source="config.json"):
         """Build from a config.json dict, in either the transformers 4 or the transformers 5 layout."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
         arch = d.get("architectures") or []
-        looped = d.get("model_type") == LOOPED_MODEL_TYPE or LOOPED_ARCHITECTURE in arch
-        if looped and int(d.get("loop_count") or 1) < 2:
-            raise ValueError(f"{source}: model_type {LOOPED_MODEL_TYPE!r} without loop_count >= 2")
-        if not looped and (d.get("loop_count") or 1) != 1:
-            raise ValueError(f"{source}: loop_count={d['loop_count']} in a plain Qwen3 config.json (a looped "
-                             f"checkpoint says model_type {LOOPED_MODEL_TYPE!r})")
-        if not looped and d.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in arch:
+        if d.get("model_type") != cls.MODEL_TYPE and cls.ARCHITECTURE not in arch:
             raise ValueError(f"{source}: unknown architecture (model_type={d.get('model_type')!r}, "
                              f"architectures={arch}); only dense Qwen3 (model_type 'qwen3') is implemented")
         rope = d.get("rope_parameters") or {}  # transformers 5 nests rope settings here
@@ -107,8 +78,7 @@ class Qwen3Config:
             raise ValueError(f"{source}: attention_bias=true is not implemented (Qwen3 has no attention bias)")
         if d.get("hidden_act", "silu") != "silu":
             raise ValueError(f"{source}: hidden_act={d['hidden_act']!r} is not implemented (only 'silu')")
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in known and v is not None}
+        kwargs = {f.name: d[f.name] for f in fields(cls) if d.get(f.name) is not None}
         if "rope_theta" in rope:
             kwargs["rope_theta"] = rope["rope_theta"]
         if "dtype" in d and d["dtype"]:  # transformers 5 renamed torch_dtype -> dtype
@@ -119,14 +89,20 @@ class Qwen3Config:
             raise ValueError(f"{source}: missing required keys {missing}")
         if d.get("head_dim") is None:
             kwargs["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+        for f in fields(cls):  # a wrong-typed field (a string where a number belongs) fails here, named
+            want = (int, float) if f.type in (float, "float") else (bool,) if f.type in (bool, "bool") else \
+                (int,) if f.type in (int, "int") else None
+            if f.name in kwargs and want and (not isinstance(kwargs[f.name], want) or
+                                              (want != (bool,) and isinstance(kwargs[f.name], bool))):
+                raise ValueError(f"{source}: {f.name}={kwargs[f.name]!r} must be {want[0].__name__}")
         config = cls(**kwargs)
-        if looped:
-            check_loop(config.loop_start, config.loop_end, config.loop_count, config.num_hidden_layers,
-                       f"{source}: loop")
-        if config.num_attention_heads % config.num_key_value_heads:
-            raise ValueError(f"{source}: num_attention_heads={config.num_attention_heads} is not a multiple "
-                             f"of num_key_value_heads={config.num_key_value_heads}")
+        config.check(source)
         return config
+
+    def check(self, source):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"{source}: num_attention_heads={self.num_attention_heads} is not a multiple "
+                             f"of num_key_value_heads={self.num_key_value_heads}")
 
     @classmethod
     def from_json(cls, path):
@@ -134,26 +110,28 @@ class Qwen3Config:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: config.json not found")
         try:
-            d = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
+            d = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
         return cls.from_dict(d, source=str(path))
 
     def to_hf_dict(self):
-        """config.json as the published Qwen3 files write it (transformers 4 layout, which 5 also reads). A looped
-        config says model_type "looped_qwen3", which transformers does not know and so refuses to load
-        (export_plain writes the shared weights as a plain Qwen3 when that is what you want)."""
+        """config.json as the published Qwen3 files write it (transformers 4 layout, which 5 also reads)."""
         d = asdict(self)
-        looped = self.loop_count > 1
-        if not looped:  # a plain checkpoint's config.json stays exactly the published one
-            for k in LOOP_KEYS:
-                d.pop(k)
-        d.update(architectures=[LOOPED_ARCHITECTURE if looped else "Qwen3ForCausalLM"],
-                 model_type=LOOPED_MODEL_TYPE if looped else "qwen3", hidden_act="silu",
+        d.update(architectures=[self.ARCHITECTURE], model_type=self.MODEL_TYPE, hidden_act="silu",
                  attention_bias=False, attention_dropout=0.0, rope_scaling=None, use_sliding_window=False,
                  sliding_window=None, max_window_layers=self.num_hidden_layers, use_cache=True,
                  initializer_range=0.02)
         return d
+
+
+def default_device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device):
+    """bf16 on GPU, fp32 on CPU (where bf16 matmuls may be slow and fp32 keeps tests exact)."""
+    return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
 
 
 # -----------------------------------------------------------------------------
@@ -389,7 +367,7 @@ def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
 
 # Where the CPU has AMX tiles, oneDNN's bf16 GEMM runs on them and is slow for one row: there torch.mv reads
 # bf16 weights 1.45x faster (17.7 vs 12.2 GB/s, 2 threads); on an AMD EPYC without AMX the GEMM is the faster
-# one (23.2 vs 15.6 GB/s). Both from benchmarks/bench_sample.py --kernels.
+# one (23.2 vs 15.6 GB/s). Both from research/sampler/bench_sample.py --kernels.
 BF16_ROW_MV = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
 # MKL's float32 GEMM (x @ W.T) has a cliff at a few rows against a large weight: on an AMD EPYC 13 rows of
 # Qwen3's lm_head took 2.2x the time of 16. The same product with the weight on the left (W @ x.T) has none:
@@ -481,104 +459,6 @@ class Backbone(nn.Module):  # named `model` inside Qwen3, as in the checkpoint k
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
-# -----------------------------------------------------------------------------
-# Looped depth (`--loop START:END:N`): layers [S, E) run N times per token with shared weights, recurrent depth at
-# the same parameter count (Geiping et al. 2025, Huginn; McLeish et al. 2025; Bae et al. 2024). Loop 1 is the plain
-# model; loop k > 1 updates the residual stream by h <- h + a_k * D(h + s_k), where D(x) = R(x) - x is the
-# residual update of the looped layers R on their input, a_k a per-channel gate and s_k a loop embedding, both
-# zero at initialisation. So a looped model starts as exactly the pretrained one (0 * D = 0 and h + 0 = h in
-# floating point) and training opens the extra loops; published retrofits instead heal on billions of tokens.
-
-
-def check_loop(start, end, count, num_layers, name="--loop"):
-    """Refuse a loop that cannot run, naming the flag; num_layers None checks all but the model's range."""
-    spec = f"{name} {start}:{end}:{count}"
-    if end <= start:
-        raise ValueError(f"{spec}: END must be > START")
-    if start < 0:
-        raise ValueError(f"{spec}: START must be >= 0")
-    if num_layers is not None and end > num_layers:
-        raise ValueError(f"{spec}: the looped layers [START, END) must lie within the model's {num_layers} layers "
-                         f"(END <= {num_layers})")
-    if count < 1:
-        raise ValueError(f"{spec}: N must be >= 1 (1 is the plain model)")
-
-
-def parse_loop(spec, num_layers):
-    """A --loop value `START:END:N` -> (start, end, n), checked against the model's layer count (None: all but
-    that); '' -> None."""
-    if not spec:
-        return None
-    try:
-        start, end, count = (int(x) for x in str(spec).split(":"))
-    except ValueError:
-        raise ValueError(f"--loop {spec}: expected START:END:N (integers; layers [START, END) run N times), "
-                         f"e.g. 12:16:2") from None
-    check_loop(start, end, count, num_layers)
-    return start, end, count
-
-
-def loop_spec(config):
-    """`START:END:N` of a looped config, '' for a plain one."""
-    c = config
-    return f"{c.loop_start}:{c.loop_end}:{c.loop_count}" if c.loop_count > 1 else ""
-
-
-def adapted_view(block, rank, alpha):
-    """A Block that shares every module of `block` but runs each projection through its own LoRA adapter
-    (lora.LoRALinear on the shared Linear); returns (view, adapters). The view is registered nowhere and the
-    adapters do not register their base, so the shared weights appear once in parameters() and state_dict()."""
-    view = copy.copy(block)
-    view._modules = dict(block._modules)
-    adapters = nn.ModuleDict()
-    for part in ("self_attn", "mlp"):
-        sub = copy.copy(block._modules[part])
-        sub._modules = dict(sub._modules)
-        for name in lora.TARGETS:
-            if name in sub._modules:
-                base = sub._modules[name]
-                adapter = lora.LoRALinear(base, rank, alpha)  # B = 0: the adapted pass starts as the shared one
-                del adapter._modules["base"]
-                adapter.__dict__["base"] = base  # shared with the other passes, not a submodule of the adapter
-                sub._modules[name] = adapters[f"{part}_{name}"] = adapter
-        view._modules[part] = sub
-    return view, adapters
-
-
-class Loop(nn.Module):
-    """The looped model's own parameters (named `loop.*`, saved in loop.safetensors): gate a_k and embedding s_k of
-    each extra loop, (N - 1, hidden), zero at initialisation; with loop_lora_rank, a LoRA adapter per extra loop on
-    each projection of the looped layers (Relaxed Recursive Transformers, Bae et al. 2024), off by default."""
-
-    def __init__(self, c, layers):
-        super().__init__()
-        extra = c.loop_count - 1
-        self.gate = nn.Parameter(torch.zeros(extra, c.hidden_size))
-        self.embed = nn.Parameter(torch.zeros(extra, c.hidden_size))
-        self.lora = nn.ModuleList()
-        self.views = []  # views[k - 1][i - loop_start]: layer i in loop k > 0, through that loop's adapters
-        for _ in range(extra if c.loop_lora_rank else 0):
-            pairs = [adapted_view(layers[i], c.loop_lora_rank, c.loop_lora_alpha)
-                     for i in range(c.loop_start, c.loop_end)]
-            self.views.append([view for view, _ in pairs])
-            self.lora.append(nn.ModuleList(adapters for _, adapters in pairs))
-
-
-def loop_parameters(config):
-    """The extra trainable parameters of looped depth: gates, embeddings and per-loop adapters (0 when plain)."""
-    c = config
-    if c.loop_count == 1:
-        return 0
-    return (c.loop_count - 1) * (2 * c.hidden_size + (c.loop_end - c.loop_start) * loop_lora_weights(c))
-
-
-def loop_lora_weights(config):
-    """Weights of one looped layer's per-loop adapters: rank x (in + out) for each of its 7 projections."""
-    c = config
-    q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    return c.loop_lora_rank * (7 * c.hidden_size + 2 * q + 2 * kv + 3 * c.intermediate_size)
-
-
 class Qwen3(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -587,7 +467,6 @@ class Qwen3(nn.Module):
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.loop = Loop(config, self.model.layers) if config.loop_count > 1 else None
         self.gradient_checkpointing = False  # recompute each block in backward to save activation memory
 
     def hidden_states(self, input_ids, cache=None):
@@ -600,13 +479,15 @@ class Qwen3(nn.Module):
             positions, mask = cache.positions(T), cache.attention_mask(T)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
-        if self.loop is None:
-            x, _ = self.run_layers(self.model.layers, x, cos, sin, cache, mask, 0)
-        else:
-            x = self.looped_layers(x, cos, sin, cache, mask)
+        x = self.decoder_layers(x, cos, sin, cache, mask)
         if cache is not None:
             cache.advance(T)
         return self.model.norm(x)
+
+    def decoder_layers(self, x, cos, sin, cache, mask):
+        """Every decoder layer once, in order (looped.LoopedQwen3 runs some of them again)."""
+        x, _ = self.run_layers(self.model.layers, x, cos, sin, cache, mask, 0)
+        return x
 
     def run_layers(self, blocks, x, cos, sin, cache, mask, slot):
         """Run blocks in order, the first writing cache row `slot`; returns (x, the next free row)."""
@@ -618,22 +499,6 @@ class Qwen3(nn.Module):
             slot += 1
         return x, slot
 
-    def looped_layers(self, x, cos, sin, cache, mask):
-        """Layers [0, S), then [S, E) N times, then [E, L); each pass its own cache row, in the order they run."""
-        c, layers, loop = self.config, self.model.layers, self.loop
-        x, slot = self.run_layers(layers[:c.loop_start], x, cos, sin, cache, mask, 0)
-        x, slot = self.run_layers(layers[c.loop_start:c.loop_end], x, cos, sin, cache, mask, slot)  # loop 1: plain
-        for k in range(1, c.loop_count):
-            blocks = loop.views[k - 1] if loop.views else layers[c.loop_start:c.loop_end]
-            h = x
-            x_in = h + loop.embed[k - 1]
-            x, slot = self.run_layers(blocks, x_in, cos, sin, cache, mask, slot)
-            # at a_k = 0 the gate's gradient is D(h + s_k), non-zero, but s_k's is a_k * (...) = 0: the loop
-            # embedding starts to move once its gate has
-            x = h + loop.gate[k - 1] * (x - x_in)
-        x, _ = self.run_layers(layers[c.loop_end:], x, cos, sin, cache, mask, slot)
-        return x
-
     def forward(self, input_ids, cache=None, last_only=False):
         """Logits (B, T, vocab), or (B, 1, vocab) for the last position only (what decoding needs)."""
         h = self.hidden_states(input_ids, cache)
@@ -643,45 +508,6 @@ class Qwen3(nn.Module):
         p = self.lm_head.weight
         dtype = torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
         return (SlotCache if static else KVCache)(self.config, batch_size, max_len, device=p.device, dtype=dtype)
-
-
-def add_loop(model, spec, lora_rank=0, lora_alpha=16.0):
-    """Make a plain Qwen3 looped, in place (`spec` is a --loop value START:END:N); returns the number of extra
-    trainable parameters. '' and N = 1 leave the plain model (and its code path). At initialisation the looped
-    model computes exactly the plain model's logits. A model that is already looped keeps its loop, which `spec`,
-    when given, must equal."""
-    c = model.config
-    parsed = parse_loop(spec, c.num_hidden_layers)
-    if c.loop_count > 1:  # a looped checkpoint
-        if parsed is not None and (parsed, lora_rank) != ((c.loop_start, c.loop_end, c.loop_count), c.loop_lora_rank):
-            raise ValueError(f"--loop {spec}: the model is already looped ({loop_spec(c)}, loop LoRA rank "
-                             f"{c.loop_lora_rank}); drop --loop or give its own loop")
-        return loop_parameters(c)
-    if parsed is None or parsed[2] == 1:
-        return 0
-    if lora_rank < 0:
-        raise ValueError(f"--loop-lora-rank must be >= 0, got {lora_rank}")
-    if any(isinstance(m, lora.LoRALinear) for m in model.modules()):
-        raise ValueError("--loop on a model with LoRA adapters is not supported: add the loop first")
-    start, end, count = parsed
-    model.config = dataclasses.replace(c, loop_start=start, loop_end=end, loop_count=count, loop_lora_rank=lora_rank,
-                                       loop_lora_alpha=lora_alpha)
-    p = model.lm_head.weight
-    with torch.device(p.device):
-        model.loop = Loop(model.config, model.model.layers).to(p.dtype)
-    return loop_parameters(model.config)
-
-
-def loop_metrics(model):
-    """What a run logs about looped depth: layer passes per token, the extra parameters, and per extra loop the
-    mean |gate| and the RMS of its embedding; {} for a plain model."""
-    loop = getattr(model, "loop", None)
-    if loop is None:
-        return {}
-    with torch.no_grad():
-        return dict(layer_passes=model.config.layer_passes, loop_parameters=loop_parameters(model.config),
-                    loop_gate_abs=[float(a.abs().mean()) for a in loop.gate.float()],
-                    loop_embed_rms=[float(s.square().mean().sqrt()) for s in loop.embed.float()])
 
 
 class TokenLogProbsFunction(torch.autograd.Function):
@@ -763,7 +589,7 @@ def count_parameters(config, include_embedding=True):
     attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads) + 2 * c.head_dim
     mlp = 3 * c.hidden_size * c.intermediate_size
     layer = attn + mlp + 2 * c.hidden_size
-    n = c.num_hidden_layers * layer + c.hidden_size + loop_parameters(c)
+    n = c.num_hidden_layers * layer + c.hidden_size + c.extra_parameters
     embed = c.vocab_size * c.hidden_size
     if include_embedding:
         n += embed if c.tie_word_embeddings else 2 * embed
@@ -778,328 +604,12 @@ def flops_per_token(config, context_len, training=False):
     Forward: 2 per weight of every matmul (the layers and the LM head, tied or not; the embedding lookup
     and the norm gains are not matmuls) plus 2 x 2 x heads x head_dim x context for QK^T and attention x V,
     both once per layer pass: with looped depth the looped layers count once per loop (config.layer_passes),
-    and their per-loop LoRA adapters (rank x (in + out) weights per projection) in every extra loop. The
-    loop's gates and embeddings are elementwise, not matmuls. Training is ~3x forward (backward computes two
-    matmuls per forward one).
+    and their per-loop adapters in every extra loop (config.extra_matmul_weights). Training is ~3x forward
+    (backward computes two matmuls per forward one).
     """
     c = config
     attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)  # q, k, v, o
     mlp = 3 * c.hidden_size * c.intermediate_size
-    adapters = (c.loop_count - 1) * (c.loop_end - c.loop_start) * loop_lora_weights(c) if c.loop_count > 1 else 0
-    matmul_weights = c.layer_passes * (attn + mlp) + adapters + c.vocab_size * c.hidden_size  # + the LM head
+    matmul_weights = c.layer_passes * (attn + mlp) + c.extra_matmul_weights + c.vocab_size * c.hidden_size
     fwd = 2 * matmul_weights + 4 * c.layer_passes * c.num_attention_heads * c.head_dim * context_len
     return 3 * fwd if training else fwd
-
-
-# -----------------------------------------------------------------------------
-# Tokenizer
-
-
-class Tokenizer:
-    """A thin wrapper on `tokenizers.Tokenizer` with the special ids the rest of the repo needs."""
-
-    def __init__(self, path):
-        from tokenizers import Tokenizer as HFTokenizer
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: tokenizer.json not found")
-        try:
-            self.tok = HFTokenizer.from_file(str(path))
-        except Exception as e:
-            raise ValueError(f"{path}: not a valid tokenizer.json ({e})") from None
-        self.path = path
-        self.eos_id = self.tok.token_to_id("<|endoftext|>")
-        self.im_start_id = self.tok.token_to_id("<|im_start|>")
-        self.im_end_id = self.tok.token_to_id("<|im_end|>")
-        self.pad_id = self.eos_id if self.eos_id is not None else 0
-
-    def encode(self, text):
-        return self.tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids, skip_special_tokens=True):
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    @property
-    def vocab_size(self):
-        return self.tok.get_vocab_size(with_added_tokens=True)
-
-    def stop_token_ids(self, chat=False):
-        """Ids that end a completion: `<|endoftext|>` for a base model, plus `<|im_end|>` for a chat model."""
-        ids = [self.eos_id] + ([self.im_end_id] if chat else [])
-        return [i for i in ids if i is not None]
-
-
-# -----------------------------------------------------------------------------
-# Finding a checkpoint: a local directory, `tiny`, or a Hugging Face repo id (cache, then download)
-
-
-def hf_cache_dir():
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
-
-
-def _cached_snapshot(repo_id, revision):
-    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-    ref = repo_dir / "refs" / revision
-    commit = ref.read_text().strip() if ref.is_file() else revision
-    snap = repo_dir / "snapshots" / commit
-    return snap if (snap / "config.json").is_file() else None
-
-
-def _download(url, dest):
-    """Stream url to dest through a temporary name, so an interrupted download never looks complete."""
-    headers = {"User-Agent": "rlvr-math/1.0"}
-    if os.environ.get("HF_TOKEN"):
-        headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".incomplete")
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
-        total, done, last = int(r.headers.get("Content-Length") or 0), 0, 0
-        with open(tmp, "wb") as f:
-            while chunk := r.read(1 << 20):
-                f.write(chunk)
-                done += len(chunk)
-                if total > 50 << 20 and done - last > total // 20:
-                    print(f"\r  {dest.name}: {done / 2**20:.0f}/{total / 2**20:.0f} MB", end="", file=sys.stderr)
-                    last = done
-        commit = r.headers.get("X-Repo-Commit")
-    if total and done != total:
-        tmp.unlink()
-        raise OSError(f"{url}: download truncated ({done} of {total} bytes)")
-    os.replace(tmp, dest)
-    if total > 50 << 20:
-        print(file=sys.stderr)
-    return commit
-
-
-def download_model(repo_id, revision="main"):
-    """Fetch config, tokenizer and safetensors of a Hugging Face repo into the standard cache layout."""
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    url = f"{endpoint}/{repo_id}/resolve/{revision}/"
-    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-    staging = repo_dir / "snapshots" / f".{revision}.partial"
-    commit = _download(url + "config.json", staging / "config.json") or revision
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        try:
-            _download(url + name, staging / name)
-        except urllib.error.HTTPError:
-            pass  # optional files
-    try:
-        _download(url + "model.safetensors.index.json", staging / "model.safetensors.index.json")
-        index = json.loads((staging / "model.safetensors.index.json").read_text())
-        shards = sorted(set(index["weight_map"].values()))
-    except urllib.error.HTTPError as e:
-        if e.code != 404:
-            raise
-        shards = ["model.safetensors"]
-    for name in shards:
-        if not (staging / name).is_file():
-            _download(url + name, staging / name)
-    snap = repo_dir / "snapshots" / commit
-    if snap.exists():
-        shutil.rmtree(snap)
-    os.replace(staging, snap)
-    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
-    (repo_dir / "refs" / revision).write_text(commit)
-    return snap
-
-
-def is_tiny_world(name_or_path):
-    """`tiny`, `tiny-ladder`, or a local checkpoint with the tiny world's tokenizer (one trained from it, e.g. a
-    run's final/): such a model gets the tiny world's flag defaults (budget, data sets) in every script."""
-    if str(name_or_path) in TINY_MODELS:
-        return True
-    mine = Path(name_or_path) / "tokenizer.json"
-    if not mine.is_file() or mine.stat().st_size > 1 << 20:  # the tiny world's is ~1 KB; Qwen3's is 11 MB
-        return False
-    try:
-        return json.loads(mine.read_text())["model"] == json.loads((TINY_MODEL_DIR / "tokenizer.json").read_text())["model"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-def resolve_model_dir(name_or_path, revision="main"):
-    """A local directory, a tiny-world name (TINY_MODELS), or a Hugging Face repo id (the local cache first, then
-    a download)."""
-    if str(name_or_path) in TINY_MODELS:
-        local = TINY_MODELS[str(name_or_path)]
-        if not (local / "config.json").is_file():
-            raise FileNotFoundError(f"{local}: the {name_or_path} model is missing; rebuild it with the command "
-                                    f"in tiny.py's docstring")
-        return local
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    name = str(name_or_path)
-    if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix in (".json", ".safetensors", ".bin"):
-        raise FileNotFoundError(f"{name}: no such model directory (a run's final/ appears when train_rl.py "
-                                f"finishes), and not a Hugging Face repo id like {DEFAULT_MODEL!r}")
-    snap = _cached_snapshot(name, revision)
-    if snap is not None:
-        return snap
-    how = (f"Download it on a machine with internet (e.g. `python -c \"import model; "
-           f"model.download_model('{name}')\"`, or `huggingface-cli download {name}`) and copy "
-           f"{hf_cache_dir() / ('models--' + name.replace('/', '--'))} here, set HF_HOME to where it is, "
-           f"or pass a local directory holding config.json and model.safetensors.")
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()} and HF_HUB_OFFLINE=1. {how}")
-    print(f"downloading {name} into {hf_cache_dir()} ...", file=sys.stderr)
-    try:
-        return download_model(name, revision)
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()}, and downloading "
-                                f"it failed ({e}). {how}") from None
-
-
-# -----------------------------------------------------------------------------
-# Loading and saving checkpoints (safetensors only; never pickle)
-
-
-def _read_safetensors(model_dir, files=None):
-    """All tensors of a single-file or sharded checkpoint (or of `files` in it): {name: (tensor, its file)}."""
-    from safetensors import safe_open
-    index = model_dir / "model.safetensors.index.json"
-    if files is None and index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError) as e:
-            raise ValueError(f"{index}: not a valid safetensors index ({e})") from None
-    elif files is None and (model_dir / "model.safetensors").is_file():
-        files = ["model.safetensors"]
-    elif files is None:
-        raise FileNotFoundError(f"{model_dir}: no model.safetensors or model.safetensors.index.json "
-                                f"(pickled .bin checkpoints are not loaded, by design)")
-    tensors = {}
-    for name in files:
-        path = model_dir / name
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: shard listed in {index.name} is missing")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():
-                    tensors[key] = (f.get_tensor(key), path)
-        except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
-            raise ValueError(f"{path}: corrupt or truncated safetensors file ({e})") from None
-    return tensors
-
-
-def default_device():
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def default_dtype(device):
-    """bf16 on GPU, fp32 on CPU (where bf16 matmuls may be slow and fp32 keeps tests exact)."""
-    return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-
-
-def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
-    """A Qwen3 from a local directory, a tiny-world name (`tiny`, `tiny-ladder`), or a Hugging Face repo id."""
-    model_dir = resolve_model_dir(name_or_path)
-    config = Qwen3Config.from_json(model_dir / "config.json")
-    device = device or default_device()
-    dtype = dtype or default_dtype(device)
-    with torch.device("meta"):
-        model = Qwen3(config)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
-    tensors = _read_safetensors(model_dir)
-    loop_file = model_dir / LOOP_FILE
-    if config.loop_count > 1 and not loop_file.is_file():
-        raise FileNotFoundError(f"{loop_file}: missing; config.json says this is a looped checkpoint "
-                                f"(--loop {loop_spec(config)}), whose gates and embeddings live there")
-    if config.loop_count == 1 and loop_file.is_file():
-        raise ValueError(f"{loop_file}: a looped checkpoint's tensors beside a plain Qwen3 config.json; "
-                         f"refusing to guess which model this is")
-    if loop_file.is_file():
-        tensors.update(_read_safetensors(model_dir, [LOOP_FILE]))
-    state = {}
-    for key, (t, path) in tensors.items():
-        if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and config.tie_word_embeddings):
-            continue  # recomputed / tied to the embedding
-        if key not in expected:
-            raise ValueError(f"{path}: unexpected tensor {key!r} for a Qwen3 model")
-        if t.shape != expected[key]:
-            raise ValueError(f"{path}: tensor {key!r} has shape {tuple(t.shape)}, expected "
-                             f"{tuple(expected[key])} from config.json")
-        state[key] = t.to(device=device, dtype=dtype)
-    missing = [k for k in expected if k not in state and not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing:
-        raise ValueError(f"{model_dir}: checkpoint is missing tensor(s) {missing[:5]}"
-                         f"{' ...' if len(missing) > 5 else ''}")
-    if config.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    model.load_state_dict(state, strict=True, assign=True)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    model.name_or_path = str(name_or_path)
-    return model.eval()
-
-
-def save_model(model, path, tokenizer=None):
-    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename). A looped
-    model adds loop.safetensors (its gates, embeddings and adapters) and says model_type "looped_qwen3" in
-    config.json, so transformers refuses it rather than loading the shared weights as a plain model."""
-    from safetensors.torch import save_file
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        if model.config.tie_word_embeddings:
-            state.pop("lm_head.weight", None)  # Hugging Face stores a tied head once, as the embedding
-        extra = {k: state.pop(k) for k in list(state) if k.startswith("loop.")}  # looped depth's own tensors
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if extra:
-            save_file(extra, str(tmp / LOOP_FILE), metadata={"format": "pt"})
-        config = model.config.to_hf_dict()
-        config["torch_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        if tokenizer is not None:
-            shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
-        old = path.with_name(path.name + ".old")
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
-def export_plain(model, path, tokenizer=None):
-    """Write a looped model's shared weights (a model, or a looped checkpoint's path) as a plain Qwen3 checkpoint
-    that transformers and vLLM load. This drops the extra loops and their parameters: the export computes the
-    looped model's logits only while every gate is zero (at initialisation); after training it is another model.
-    Returns (path, the largest |gate| dropped) and says so on stderr."""
-    if not isinstance(model, nn.Module):
-        if tokenizer is None and (resolve_model_dir(model) / "tokenizer.json").is_file():
-            tokenizer = load_tokenizer(model)
-        model = load_model(model, dtype=torch.float32, device="cpu")
-    c = model.config
-    with torch.device("meta"):
-        plain = Qwen3(dataclasses.replace(c, **{k: getattr(Qwen3Config, k) for k in LOOP_KEYS}))
-    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("loop.")}, assign=True)
-    if c.tie_word_embeddings:
-        plain.lm_head.weight = plain.model.embed_tokens.weight
-    gate = float(model.loop.gate.abs().max()) if model.loop is not None else 0.0
-    if model.loop is not None:
-        print(f"export_plain: wrote the shared weights of a --loop {loop_spec(c)} model as a plain Qwen3 to {path}; "
-              f"its extra loops are dropped (largest |gate| {gate:.3g}), so it computes the looped model's logits "
-              f"only if that is 0", file=sys.stderr)
-    return save_model(plain, path, tokenizer), gate
-
-
-def load_tokenizer(name_or_path=DEFAULT_MODEL):
-    """The checkpoint's own tokenizer.json when it has one, else the bundled Qwen3 tokenizer for Qwen ids."""
-    path = Path(name_or_path)
-    if path.suffix == ".json":
-        return Tokenizer(path)
-    local = TINY_MODELS.get(str(name_or_path), path)
-    if (local / "tokenizer.json").is_file():
-        return Tokenizer(local / "tokenizer.json")
-    if str(name_or_path).startswith("Qwen/"):
-        snap = _cached_snapshot(str(name_or_path), "main")
-        if snap is not None and (snap / "tokenizer.json").is_file():
-            return Tokenizer(snap / "tokenizer.json")
-        return Tokenizer(QWEN3_TOKENIZER)  # all dense Qwen3 models share this vocabulary
-    raise FileNotFoundError(f"{name_or_path}: no tokenizer.json found")

@@ -22,9 +22,9 @@ check_steps, which pays only for the problem's own chain (computed from the prob
 evaluated) followed by its box, and it is the ladder's reward and validation rule (--grader steps). Chosen
 over a wider answer range because that would also change every step's arithmetic (pretraining on values up to
 999 failed, see below), while answers in 0..99 under verify.grade alone pay a guess about 1 time in 100 per
-sample, and at rungs 4-6 every right answer of the committed checkpoint is such a guess (benchmarks/ladder.py
+sample, and at rungs 4-6 every right answer of the committed checkpoint is such a guess (research/ladder/ladder.py
 reach). Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed
-checkpoint's exploration never finds a step-valid chain above rung 3 (docs/ladder.md says why).
+checkpoint's exploration never finds a step-valid chain above rung 3 (research/ladder/README.md says why).
 
 Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
 bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
@@ -40,12 +40,12 @@ which is why the default is 2,500 steps, where step-by-step solving is reliable 
 Tried and dropped: values up to 999 with two-digit factors (2% accuracy after 700 steps of batch 32,
 against 7% for 0..99), lr 1e-2 (worse than 3e-3), batches of 16 or 32 (no better per example than 64).
 No positional encoding (--rope-theta 1e300, NoPE), tried for the ladder: 29.4% here instead of 42.4%,
-and still no step-valid chain above rung 3 (docs/ladder.md).
+and still no step-valid chain above rung 3 (research/ladder/README.md).
 
 --long-4/5/6 mix complete worked solutions of 4-6-operation problems (make_long: their own random stream,
 texts outside every split and the ladder) into a share of each batch: the only way found to make a ladder
 rung reachable, by construction, since the model gives no probability to a worked line at an index no
-example shows (docs/ladder.md, "Seeded rungs"). The default, 0, draws nothing more: the committed build.
+example shows (research/ladder/README.md, "Seeded rungs"). The default, 0, draws nothing more: the committed build.
 
 --init CKPT continues a checkpoint (its weights and tokenizer) instead of building one: a mid-training. The
 ladder's start, tiny_ladder_model/ (`--model tiny-ladder`), is tiny_model/ continued for 300 steps at lr 3e-4
@@ -68,12 +68,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import checkpoint
 import model as qwen
-import verify
 from cli import arg, parse_config, run_main
 from problems import format_prompt
 from sample import generate
-from verify import extract_answer, grade
+from verify import check_steps, grade
 
 # -----------------------------------------------------------------------------
 # The task: seeded expressions with a structured form (numbers, ops) and their rendered text
@@ -85,7 +85,6 @@ SPLIT_SIZES = {"test": 500, "val": 500, "train": 20000}  # generated in this ord
 LADDER_LEVELS = (2, 3, 4, 5, 6)  # the ladder's rungs: operations per problem, beyond what pretraining shows
 LADDER_MAX_NEW_TOKENS = 128  # a 6-operation solution is ~90 tokens; prompt + budget stay well inside 512
 LADDER_SIZES = {"test": 200, "val": 100, "train": 2000}  # problems per rung, generated in this order
-GRADERS = ("answer", "steps")  # verify.grade (the final answer), or check_steps (the worked lines too)
 
 
 def make_problem(rng, n_ops):
@@ -168,53 +167,6 @@ def write_splits(splits, data_dir):
 
 
 # -----------------------------------------------------------------------------
-# The ladder's grader: a response counts only if its worked lines are the problem's own chain
-
-NUMBER_OR_OP = re.compile(r"\d+|(?<= )[+*-](?= )")  # operators stand between spaces in make_problem's text
-
-
-def chain(problem):
-    """(worked lines, final value) of a problem text, parsed (never evaluated) and computed left to right,
-    the order make_problem applies its operations in (its brackets only ever say so)."""
-    tokens = NUMBER_OR_OP.findall(problem)
-    if not re.fullmatch(r"[\d+*() -]+", problem) or len(tokens) < 3 or len(tokens) % 2 == 0:
-        raise ValueError(f"--grader steps grades the tiny world's expressions only, not {problem[:40]!r}")
-    value, lines = int(tokens[0]), []
-    for op, b in zip(tokens[1::2], tokens[2::2]):
-        new = value + int(b) if op == "+" else value - int(b) if op == "-" else value * int(b)
-        lines.append(f"{value} {op} {b} = {new}")
-        value = new
-    return lines, value
-
-
-def check_steps(response, problem, answer):
-    """True when the response is the problem's worked solution: its non-empty lines, spaces aside, are the
-    chain's lines in order and then \\boxed{answer}, and nothing else. A bare or lucky answer fails."""
-    lines, value = chain(problem)
-    want = [line.replace(" ", "") for line in lines] + [f"\\boxed{{{value}}}"]
-    got = ["".join(line.split()) for line in response.strip().splitlines() if line.strip()]
-    return got == want and str(value) == str(answer).strip()
-
-
-def grade_steps_batch(responses, problems, format_penalty=0.2):
-    """(correct, rewards) under the steps grader: 1.0 for the problem's worked solution, else 0.0, or
-    -format_penalty without a final boxed answer (as verify.reward)."""
-    correct = [check_steps(r, p["problem"], p["answer"]) for r, p in zip(responses, problems, strict=True)]
-    rewards = [1.0 if ok else -format_penalty if extract_answer(r) is None else 0.0
-               for ok, r in zip(correct, responses)]
-    return correct, rewards
-
-
-def grade_with(grader, responses, problems, format_penalty=0.2):
-    """(correct, rewards) under a grader (GRADERS): 'answer' is verify's (the final answer), 'steps' the
-    ladder's (the worked lines too). The one dispatch for the RL reward and for evaluation."""
-    if grader == "steps":  # a right answer without the problem's steps earns nothing
-        return grade_steps_batch(responses, problems, format_penalty)
-    refs = [p["answer"] for p in problems]
-    return verify.grade_batch(responses, refs), verify.reward_batch(responses, refs, format_penalty=format_penalty)
-
-
-# -----------------------------------------------------------------------------
 # Solutions: what the model learns to write after the prompt
 
 
@@ -238,7 +190,7 @@ def build_tokenizer(texts, path):
     tok.decoder = decoders.Fuse()  # join tokens with nothing between them (the default joins with spaces)
     tok.add_special_tokens([EOS])
     tok.save(str(path))
-    return qwen.Tokenizer(path)
+    return checkpoint.Tokenizer(path)
 
 
 # -----------------------------------------------------------------------------
@@ -478,7 +430,7 @@ def main(argv=None):
     torch.set_num_threads(cfg.threads)
     t0 = time.time()
 
-    out, data_dir = qwen.REPO_DIR / cfg.out, qwen.REPO_DIR / cfg.data_dir  # absolute paths stay as given
+    out, data_dir = checkpoint.REPO_DIR / cfg.out, checkpoint.REPO_DIR / cfg.data_dir  # absolute paths stay as given
     splits = make_splits(cfg.seed)
     ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -490,10 +442,10 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         init_sha256 = None
         if cfg.init:  # a continuation: the checkpoint's weights and tokenizer, this run's mix and schedule
-            model = qwen.load_model(cfg.init, dtype=torch.float32, device="cpu")
-            tokenizer = qwen.load_tokenizer(cfg.init)
+            model = checkpoint.load_model(cfg.init, dtype=torch.float32, device="cpu")
+            tokenizer = checkpoint.load_tokenizer(cfg.init)
             # hashed as read, before --out (which may be the same directory) is written
-            weights = qwen.resolve_model_dir(cfg.init) / "model.safetensors"
+            weights = checkpoint.resolve_model_dir(cfg.init) / "model.safetensors"
             init_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
         else:
             texts = [format_prompt("")] + [r["problem"] + r["solution"] for rows in splits.values() for r in rows]
@@ -506,7 +458,7 @@ def main(argv=None):
             seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
             long_rows = make_long(cfg.seed, long_shares(cfg), seen)
         pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"], long_rows=long_rows)
-        qwen.save_model(model, out, tokenizer)
+        checkpoint.save_model(model, out, tokenizer)
     metrics = evaluate(model, tokenizer, splits["test"])
     record = dict(config=asdict(cfg), test=metrics, torch=torch.__version__)  # the weights depend on torch too
     if init_sha256:  # which weights were continued: a changed tiny_model/ means another continuation

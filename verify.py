@@ -946,5 +946,48 @@ def reward_batch(responses, refs, format_penalty=0.2, rel_tol=REL_TOL, timeout=T
     return [-format_penalty if p is None else float(g) for p, g in zip(preds, ok)]
 
 
+# -----------------------------------------------------------------------------
+# Graders: the rule the RL reward and evaluation share (train_rl.py --grader, evaluate.py --grader)
+
+GRADERS = ("answer", "steps")  # the final answer (grade), or the tiny ladder's worked lines too (check_steps)
+NUMBER_OR_OP = re.compile(r"\d+|(?<= )[+*-](?= )")  # operators stand between spaces in tiny.make_problem's text
+
+
+def chain(problem):
+    """(worked lines, final value) of a tiny-world expression, parsed (never evaluated) and computed left to right,
+    the order tiny.make_problem applies its operations in (its brackets only ever say so)."""
+    tokens = NUMBER_OR_OP.findall(problem)
+    if not re.fullmatch(r"[\d+*() -]+", problem) or len(tokens) < 3 or len(tokens) % 2 == 0:
+        raise ValueError(f"--grader steps grades the tiny world's expressions only, not {problem[:40]!r}")
+    value, lines = int(tokens[0]), []
+    for op, b in zip(tokens[1::2], tokens[2::2]):
+        new = value + int(b) if op == "+" else value - int(b) if op == "-" else value * int(b)
+        lines.append(f"{value} {op} {b} = {new}")
+        value = new
+    return lines, value
+
+
+def check_steps(response, problem, answer):
+    """True when the response is the problem's worked solution: its non-empty lines, spaces aside, are the
+    chain's lines in order and then \\boxed{answer}, and nothing else. A bare or lucky answer fails."""
+    lines, value = chain(problem)
+    want = [line.replace(" ", "") for line in lines] + [f"\\boxed{{{value}}}"]
+    got = ["".join(line.split()) for line in response.strip().splitlines() if line.strip()]
+    return got == want and str(value) == str(answer).strip()
+
+
+def grade_with(grader, responses, problems, format_penalty=0.2):
+    """(correct, rewards) of responses to problems (dicts with 'problem' and 'answer') under a grader (GRADERS):
+    'answer' pays the final answer, 'steps' (the tiny ladder's) only the problem's own worked chain, so a guessed
+    answer earns nothing. A reward is 1.0 right, 0.0 wrong, -format_penalty without a final boxed answer."""
+    if grader == "steps":
+        correct = [check_steps(r, p["problem"], p["answer"]) for r, p in zip(responses, problems, strict=True)]
+    else:
+        correct = grade_batch(responses, [p["answer"] for p in problems])
+    rewards = [1.0 if ok else -format_penalty if extract_answer(r) is None else 0.0
+               for ok, r in zip(correct, responses)]
+    return correct, rewards
+
+
 if __name__ == '__main__' and sys.argv[1:] == ['--sympy-worker']:
     _serve()

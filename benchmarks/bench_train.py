@@ -12,12 +12,12 @@ few tokens per step so it runs in minutes. Random weights earn no reward, so eve
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import checkpoint  # noqa: E402
 import model as M  # noqa: E402
 import problems as P  # noqa: E402
 import train_rl as T  # noqa: E402
@@ -36,20 +36,20 @@ def main():
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=128, intermediate_size=384) if args.quick else M.Qwen3Config()
     torch.manual_seed(0)
     policy = M.Qwen3(config).float().eval()
-    tokenizer = M.load_tokenizer(M.DEFAULT_MODEL)
+    tokenizer = checkpoint.load_tokenizer(checkpoint.DEFAULT_MODEL)
     cfg = T.Config(problems_per_step=args.problems_per_step, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                    skip_zero_advantage=False, device="cpu", samples_per_step=0)
     train_set = P.load_problems("math_train", limit=50)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
     rows = []
-    with tempfile.TemporaryDirectory() as run_dir:
-        for step in range(args.steps + 1):  # the first step warms up and is not counted
-            m = T.train_step(policy, policy, None, optimizer, tokenizer, train_set, cfg, step, "cpu", Path(run_dir), totals, {})
-            if step:
-                rows.append(m)
-                print(f"step {step}: sampling {m['sampling_seconds']:.1f}s, verifying {m['verifying_seconds']:.2f}s, "
-                      f"training {m['training_seconds']:.1f}s ({m['generated_tokens'] // (step + 1)} tokens/step)", flush=True)
+    for step in range(args.steps + 1):  # the first step warms up and is not counted
+        _, m = T.rl_step(policy, policy, None, optimizer, tokenizer, train_set, cfg, step, "cpu", {}, totals)
+        totals = {k: m[k] for k in totals}
+        if step:
+            rows.append(m)
+            print(f"step {step}: sampling {m['sampling_seconds']:.1f}s, verifying {m['verifying_seconds']:.2f}s, "
+                  f"training {m['training_seconds']:.1f}s ({m['generated_tokens'] // (step + 1)} tokens/step)", flush=True)
     med = {k: statistics.median(r[f"{k}_seconds"] for r in rows) for k in ("sampling", "verifying", "training")}
     total = sum(med.values())
     print(f"{M.count_parameters(config) / 1e6:.0f}M params, P={cfg.problems_per_step} x G={cfg.group_size}, "

@@ -21,7 +21,7 @@ status=0
               '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
 } 2>&1 | tee "$out/env.txt"
 timeout 200 $python -m pytest -q -rs -k on_gpu tests/ 2>&1 | tee "$out/tests.txt" || status=1
-timeout 150 $python benchmarks/bench_sample.py --device cuda --compile 2>&1 | tee "$out/bench_sample.txt" || status=1
-timeout 60 $python benchmarks/bench_sample.py --device cuda --ragged 2>&1 | tee "$out/bench_ragged.txt" || status=1
-timeout 160 $python benchmarks/bench_sample.py --device cuda --throughput --repeats 1 2>&1 | tee "$out/bench_throughput.txt" || status=1
+timeout 150 $python research/sampler/bench_sample.py --device cuda --compile 2>&1 | tee "$out/bench_sample.txt" || status=1
+timeout 60 $python research/sampler/bench_sample.py --device cuda --ragged 2>&1 | tee "$out/bench_ragged.txt" || status=1
+timeout 160 $python research/sampler/bench_sample.py --device cuda --throughput --repeats 1 2>&1 | tee "$out/bench_throughput.txt" || status=1
 exit $status

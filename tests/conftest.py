@@ -9,6 +9,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import model as M  # noqa: E402
+import checkpoint  # noqa: E402
 
 # Tiny test models gain nothing from a second thread, and on a shared machine an OpenMP thread that waits
 # for a descheduled sibling makes every op ~10x slower: one thread keeps the suite fast and predictable.
@@ -26,7 +27,7 @@ def write_char_tokenizer(path):
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
     tok.save(str(path))
-    return M.Tokenizer(path)
+    return checkpoint.Tokenizer(path)
 
 
 def make_char_model(directory, seed=0, hidden=32, layers=2, std=0.1):
@@ -42,7 +43,7 @@ def make_char_model(directory, seed=0, hidden=32, layers=2, std=0.1):
     with torch.no_grad():
         for p in net.parameters():
             p.normal_(0, std)
-    M.save_model(net, directory / "model", tokenizer)
+    checkpoint.save_model(net, directory / "model", tokenizer)
     return directory / "model"
 
 
@@ -58,7 +59,7 @@ def make_qwen_vocab_model(directory, seed=0):
     with torch.no_grad():
         for p in net.parameters():
             p.normal_(0, 0.02)
-    M.save_model(net, Path(directory), M.load_tokenizer(M.QWEN3_TOKENIZER))
+    checkpoint.save_model(net, Path(directory), checkpoint.load_tokenizer(checkpoint.QWEN3_TOKENIZER))
     return Path(directory)
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import bands as B
+from research.bands import bands as B
 import model as M
 import problems as P
 import sample
 from sample import Completion
+import checkpoint
 
 # (id, source, problem, answer, correct of 4): source s1 has every band, every s2 problem is mixed
 SCRIPT = [("a0", "s1", "11 + 22", "33", 0), ("a1", "s1", "40 - 15", "25", 2), ("a2", "s1", "3 * 7", "21", 4),
@@ -36,7 +37,7 @@ def read_lines(path):
 def scripted(tmp_path, monkeypatch):
     """A pool file and a stand-in for sample.generate whose sample j is right iff j < the script's count;
     returns (pool path, list of prompt counts per generate call)."""
-    tokenizer, calls = M.load_tokenizer("tiny"), []
+    tokenizer, calls = checkpoint.load_tokenizer("tiny"), []
 
     def generate(model, prompts, max_new_tokens, n=1, **kw):
         calls.append(len(prompts))
@@ -231,7 +232,7 @@ def test_cli_bands_pools_and_heldout_exclusion(scripted, tmp_path, capsys):
     rows = read_lines(out / "bands.jsonl")
     assert [(r["id"], r["n_correct"], r["k"]) for r in rows] == [(i, c, 4) for i, _, _, _, c in SCRIPT]
     assert {r["id"] for r in rows if r["band"] == "mixed"} == MIXED
-    tokenizer = M.load_tokenizer("tiny")  # every sample is \boxed{answer} or \boxed{answer + 1}, then the stop token
+    tokenizer = checkpoint.load_tokenizer("tiny")  # every sample is \boxed{answer} or \boxed{answer + 1}, then the stop token
     for r, (_, _, _, answer, right) in zip(rows, SCRIPT):
         assert r["distinct_answers"] == (1 if right in (0, 4) else 2) and r["finish_reasons"] == dict(stop=4)
         if right in (0, 4):  # four identical completions: nothing between them

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import bands as B
+from research.bands import bands as B
 import cli
 import evaluate as E
 import model as M
 import tiny
 import train_rl as T
 from cli import arg
+import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,11 +74,11 @@ def test_run_main_prints_one_line_for_expected_errors_and_keeps_bugs_loud(capsys
 
 
 def test_tiny_world_models_are_recognised(tmp_path, char_model_dir):
-    net, tok = M.load_model("tiny", device="cpu"), M.load_tokenizer("tiny")
-    M.save_model(net, tmp_path / "final", tok)  # what a run's final/ holds
-    assert M.is_tiny_world("tiny") and M.is_tiny_world(tmp_path / "final") and M.is_tiny_world(M.TINY_MODEL_DIR)
-    assert not M.is_tiny_world(char_model_dir)  # another character tokenizer
-    assert not M.is_tiny_world(M.DEFAULT_MODEL) and not M.is_tiny_world(tmp_path / "missing")
+    net, tok = checkpoint.load_model("tiny", device="cpu"), checkpoint.load_tokenizer("tiny")
+    checkpoint.save_model(net, tmp_path / "final", tok)  # what a run's final/ holds
+    assert checkpoint.is_tiny_world("tiny") and checkpoint.is_tiny_world(tmp_path / "final") and checkpoint.is_tiny_world(checkpoint.TINY_MODEL_DIR)
+    assert not checkpoint.is_tiny_world(char_model_dir)  # another character tokenizer
+    assert not checkpoint.is_tiny_world(checkpoint.DEFAULT_MODEL) and not checkpoint.is_tiny_world(tmp_path / "missing")
     final = str(tmp_path / "final")
     for model in ("tiny", final):
         cfg = T.parse_args(["--model", model])
@@ -129,8 +130,8 @@ def test_malformed_rows_name_the_file_and_line(bad_rows, tmp_path, capsys):
 
 @pytest.mark.parametrize("main, prog, argv, message", [
     (T.main, "train_rl.py", ["--model", "tiny", "--group-size", "0"], "--group-size must be positive, got 0"),
-    (T.main, "train_rl.py", ["--model", "tiny", "--schedule", "cosin"], "--schedule must be one of constant"),
-    (T.main, "train_rl.py", ["--model", "tiny", "--template", "chatml"], "--template must be one of base"),
+    (T.main, "train_rl.py", ["--model", "tiny", "--schedule", "cosin"], "argument --schedule: invalid choice: 'cosin'"),
+    (T.main, "train_rl.py", ["--model", "tiny", "--template", "chatml"], "argument --template: invalid choice"),
     (E.main, "evaluate.py", ["--model", "tiny", "--samples", "0"], "--samples must be at least 1, got 0"),
     (E.main, "evaluate.py", ["--model", "tiny", "--samples", "4"], "--samples 4 needs --temperature > 0"),
     (E.main, "evaluate.py", ["--model", "tiny", "--top-p", "0"], "--top-p in (0, 1]"),
@@ -154,7 +155,7 @@ def test_a_missing_model_offline_is_named_with_what_to_do(tmp_path, monkeypatch,
              (B.main, "bands.py", ["--dataset", "aime24", "--out", str(tmp_path / "b")]))
     for main, prog, argv in cases:
         code, line = run_cli(main, prog, argv, capsys)
-        assert code == 2 and line.startswith(f"{prog}: error: {M.DEFAULT_MODEL}: not in the Hugging Face cache")
+        assert code == 2 and line.startswith(f"{prog}: error: {checkpoint.DEFAULT_MODEL}: not in the Hugging Face cache")
         assert "HF_HUB_OFFLINE=1" in line and "local directory" in line
     assert not (tmp_path / "r").exists()  # no half-made run directory to trip a rerun
 
@@ -179,7 +180,7 @@ def test_resume_mismatches_are_refused_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("script, argv", [
     ("train_rl.py", ["--model", "tiny", "--steps", "0"]),
     ("evaluate.py", ["--model", "tiny", "--dataset", "no_such_set"]),
-    ("bands.py", ["--model", "tiny", "--dataset", "tiny_val", "--temperature", "0", "--out", "x"]),
+    ("research/bands/bands.py", ["--model", "tiny", "--dataset", "tiny_val", "--temperature", "0", "--out", "x"]),
     ("tiny.py", ["--steps", "0"]),
 ])
 def test_scripts_exit_with_one_error_line_from_the_shell(script, argv, tmp_path):
@@ -187,16 +188,16 @@ def test_scripts_exit_with_one_error_line_from_the_shell(script, argv, tmp_path)
                        env=dict(os.environ, PYTHONWARNINGS="ignore"))
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert lines[-1].startswith(f"{script}: error: "), r.stderr
+    assert lines[-1].startswith(f"{Path(script).name}: error: "), r.stderr
 
 
 def readme_commands(script):
-    """Every `python SCRIPT ...` command in the README and docs/*.md code blocks, continuation lines joined and
-    comments dropped, as argv lists (without the script)."""
+    """Every `python SCRIPT ...` command in the README and the research pages' code blocks, continuation lines joined
+    and comments dropped, as argv lists (without the script)."""
     import shlex
     root = Path(__file__).resolve().parent.parent
     out = []
-    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    for doc in [root / "README.md", *sorted((root / "research").glob("*/*.md"))]:
         for block in doc.read_text().split("```")[1::2]:
             for command in block.replace("\\\n", " ").splitlines():
                 words = shlex.split(command, comments=True) if script in command else []

@@ -7,6 +7,8 @@ import torch
 import curriculum as C
 import train_rl as T
 from train_rl import Config
+import checkpoint
+import objectives
 
 
 def group(pid, passes):
@@ -82,7 +84,7 @@ def test_a_replayed_rollout_is_weighted_by_its_clipped_ratio_to_the_sampler(char
     """Its old log-probs are the ones it was sampled with: ratio e^-0.1 scales the gradient by e^-0.1 (inside
     the clip range); ratio e^0.5 > 1 + 0.2 with a positive advantage gives no gradient at all (PPO's clip)."""
     import model as M
-    policy = M.load_model(char_model_dir, device="cpu")
+    policy = checkpoint.load_model(char_model_dir, device="cpu")
     cfg = Config(objective="drgrpo", max_new_tokens=8, micro_batch_tokens=200, lr=0.0, grad_clip=0.0)
     prompt, tokens = [5, 6, 7], [8, 9, 10, 11]
     with torch.no_grad():
@@ -108,7 +110,7 @@ def test_a_replayed_rollout_is_weighted_by_its_clipped_ratio_to_the_sampler(char
 
 
 def test_passk_advantages_hand_values():
-    adv = C.passk_advantages(torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]], dtype=torch.bool), 2)
+    adv = objectives.passk_advantages(torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]], dtype=torch.bool), 2)
     # N=4, c=1, k=2: rho = 1 - C(3,2)/C(4,2) = 1/2, sigma = 1/2; right (1/2)/(1/2) = 1,
     # wrong (1 - 1/2 - C(2,1)/C(3,1)) / (1/2) = -1/3
     assert adv[0].tolist() == pytest.approx([1, -1 / 3, -1 / 3, -1 / 3])
@@ -116,14 +118,14 @@ def test_passk_advantages_hand_values():
     # c=2: rho = 1 - C(2,2)/C(4,2) = 5/6, sigma = sqrt(5/36); right (1/6)/sigma, wrong (1/6 - C(1,1)/C(3,1))/sigma
     s = math.sqrt(5 / 36)
     assert adv[3].tolist() == pytest.approx([1 / 6 / s, 1 / 6 / s, (1 / 6 - 1 / 3) / s, (1 / 6 - 1 / 3) / s])
-    k1 = C.passk_advantages(torch.tensor([[1, 0, 0, 0]], dtype=torch.bool), 1)  # k = 1: GRPO with the population std
+    k1 = objectives.passk_advantages(torch.tensor([[1, 0, 0, 0]], dtype=torch.bool), 1)  # k = 1: GRPO with the population std
     p = 0.25
     assert k1[0].tolist() == pytest.approx([(1 - p) / math.sqrt(p * (1 - p))] + [-p / math.sqrt(p * (1 - p))] * 3)
-    kN = C.passk_advantages(torch.tensor([[1, 0, 0, 0]], dtype=torch.bool), 4)  # k = N: rho = 1, nothing to learn
+    kN = objectives.passk_advantages(torch.tensor([[1, 0, 0, 0]], dtype=torch.bool), 4)  # k = N: rho = 1, nothing to learn
     assert kN.tolist() == [[0, 0, 0, 0]]
     with pytest.raises(ValueError, match="--passk-k"):
-        C.passk_advantages(torch.zeros(1, 4, dtype=torch.bool), 5)
-    big = C.passk_advantages(torch.tensor([[True] * 3 + [False] * 253]), 64)  # exact binomials at N = 256
+        objectives.passk_advantages(torch.zeros(1, 4, dtype=torch.bool), 5)
+    big = objectives.passk_advantages(torch.tensor([[True] * 3 + [False] * 253]), 64)  # exact binomials at N = 256
     assert torch.isfinite(big).all() and big[0, 0] > 0 > big[0, -1]
 
 
@@ -166,16 +168,16 @@ def test_curriculum_and_replay_in_the_loop_resume_exactly(tmp_path, char_model_d
     assert any(r["replayed_groups"] > 0 for r in rows)  # replay happened, so the resume below covers it
     saved = json.loads((straight / "checkpoints/step_4/selection.json").read_text())
     assert sum(saved["pass_rates"]["attempts"]) == 4 * 3 * 4 and "entries" in saved["replay"]
-    real_step = T.train_step
+    real_step = T.rl_step
 
     def dies(*args, **kw):  # killed during step 4, after the step-2 checkpoint
         if args[7] == 3:
             raise RuntimeError("killed")
         return real_step(*args, **kw)
-    monkeypatch.setattr(T, "train_step", dies)
+    monkeypatch.setattr(T, "rl_step", dies)
     with pytest.raises(RuntimeError):
         T.train(cfg(out=str(tmp_path / "killed")))
-    monkeypatch.setattr(T, "train_step", real_step)
+    monkeypatch.setattr(T, "rl_step", real_step)
     resumed = T.train(cfg(out=str(tmp_path / "killed"), resume=True))
     from safetensors.torch import load_file
     wa, wb = load_file(str(straight / "final/model.safetensors")), load_file(str(resumed / "final/model.safetensors"))

@@ -18,6 +18,8 @@ import torch.multiprocessing as mp
 import distributed as D
 import model as M
 import train_rl as T
+import checkpoint
+import verify
 
 
 def fake_grade(texts, refs):
@@ -121,7 +123,7 @@ def runs(tmp_path_factory):
 
 
 def weights(run):
-    return M.load_model(run / "final", device="cpu").state_dict()
+    return checkpoint.load_model(run / "final", device="cpu").state_dict()
 
 
 def max_difference(a, b):

@@ -2,7 +2,6 @@
 compare, and bad inputs. A tiny random Qwen3 (real Qwen3 tokenizer, hidden size 16) keeps it to seconds."""
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,8 @@ import model as M
 import problems as P
 import sample
 from sample import Completion
+import checkpoint
+import stats
 
 PROBLEMS = [  # (problem, answer, subject, level)
     ("What is $2+2$?", "4", "Algebra", 1),
@@ -41,11 +42,11 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A random Qwen3 with the real Qwen3 vocabulary: hidden size 16 keeps the 152k-row embedding small."""
-    tokenizer = M.load_tokenizer("Qwen/Qwen3-0.6B-Base")
+    tokenizer = checkpoint.load_tokenizer("Qwen/Qwen3-0.6B-Base")
     cfg = M.Qwen3Config(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=2048)
     torch.manual_seed(0)
-    path = M.save_model(M.Qwen3(cfg), tmp_path_factory.mktemp("m") / "tiny-random", tokenizer)
+    path = checkpoint.save_model(M.Qwen3(cfg), tmp_path_factory.mktemp("m") / "tiny-random", tokenizer)
     return str(path)
 
 
@@ -77,7 +78,7 @@ def check_summary_against_records(summary, records):
     assert summary["completion_tokens_total"] == sum(s["completion_tokens"] for s in flat)
     assert summary["prompt_tokens_total"] == sum(r["prompt_tokens"] for r in records)
     assert summary["truncation_rate"] == pytest.approx(sum(s["finish_reason"] == "length" for s in flat) / len(flat))
-    assert summary["ci95"] == pytest.approx(list(E.wilson(correct, n)))
+    assert summary["ci95"] == pytest.approx(list(stats.wilson(correct, n)))
     assert summary["mean_reward"] == pytest.approx(sum(s["reward"] for s in flat) / len(flat))
     for key in ("subject", "level"):
         assert sum(row["n"] for row in summary[f"by_{key}"].values()) == n
@@ -87,23 +88,7 @@ def check_summary_against_records(summary, records):
 
 
 # -----------------------------------------------------------------------------
-# Statistics against hand-computed values
-
-
-def test_wilson_hand_checked():
-    # 8/10: center (0.8 + 1.96^2/20) / (1 + 1.96^2/10) = 0.71675, half-width 0.22658
-    lo, hi = E.wilson(8, 10)
-    assert (lo, hi) == (pytest.approx(0.4902, abs=1e-4), pytest.approx(0.9433, abs=1e-4))
-    assert E.wilson(0, 10) == (0.0, pytest.approx(1.96**2 / (10 + 1.96**2)))
-    assert E.wilson(0, 0) == (0.0, 1.0)
-
-
-def test_pass_at_k_hand_values():
-    assert E.pass_at_k(5, 2, 1) == pytest.approx(0.4)
-    assert E.pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2)) == pytest.approx(0.7)
-    assert E.pass_at_k(5, 0, 3) == 0.0 and E.pass_at_k(5, 4, 2) == 1.0  # n - c < k: some draw must succeed
-    # large n stays exact where the binomials themselves would overflow a float
-    assert E.pass_at_k(2000, 3, 500) == pytest.approx(1 - math.comb(1997, 500) / math.comb(2000, 500))
+# The protocol's selection rule
 
 
 def test_majority_vote_hand_example():
@@ -113,65 +98,6 @@ def test_majority_vote_hand_example():
     assert E.majority_vote([None, "2", "3", "3", "2"], same) == 1
     assert E.majority_vote([None, None], same) is None
     assert E.majority_vote(["\\frac{1}{2}", "7", "0.5"]) == 0  # the default equivalence is verify's
-
-
-def test_bootstrap_and_mcnemar():
-    a = [1, 1, 1, 0, 0, 0, 1, 1, 0, 1]
-    b = [1, 0, 1, 1, 1, 1, 1, 1, 0, 1]  # A-only right: 1, B-only right: 3
-    # The exact bootstrap distribution of the mean difference (multinomial over counts 1/6/3 of -1/0/+1)
-    # has P(<= -0.3) = 0.009, P(<= -0.2) = 0.032, P(<= 0.5) = 0.970, P(<= 0.6) = 0.993: CI [-0.2, 0.6].
-    diff, (lo, hi) = E.bootstrap_paired(a, b, n_boot=100_000, seed=1)
-    assert diff == pytest.approx(0.2) and (lo, hi) == (pytest.approx(-0.2), pytest.approx(0.6))
-    assert E.bootstrap_paired(a, a) == (0.0, (0.0, 0.0))
-    assert E.mcnemar_exact(1, 4) == pytest.approx(2 * (1 + 5) / 32)
-    assert E.mcnemar_exact(0, 0) == 1.0
-
-
-# -----------------------------------------------------------------------------
-# Embedding dispersion: hand-made embeddings, then completions through a tiny random model
-
-
-def test_embedding_dispersion_hand_values():
-    d = lambda *rows: E.embedding_dispersion(torch.tensor(rows, dtype=torch.float32))  # noqa: E731
-    assert d([1, 0], [0, 1]) == pytest.approx(1.0)  # orthogonal
-    assert d([1, 0], [1, 0]) == 0.0 and d([2, 0], [0.5, 0]) == pytest.approx(0.0)  # same direction, any length
-    assert d([1, 0], [1, 1]) == pytest.approx(1 - 1 / math.sqrt(2))  # cos 45 degrees
-    assert d([1, 0], [-1, 0]) == pytest.approx(2.0)  # opposite: the largest distance
-    # three vectors, three pairs: 1 ([1,0],[0,1]) and 1 - 1/sqrt(2) twice (each with [1,1])
-    assert d([1, 0], [0, 1], [1, 1]) == pytest.approx((1 + 2 * (1 - 1 / math.sqrt(2))) / 3)
-    assert d([1, 0], [0, 0]) == pytest.approx(1.0)  # a zero vector: cosine 0 with everything
-    assert math.isnan(d([1, 0]))  # a group of one has no pair
-    with pytest.raises(ValueError, match=r"needs a \(G, d\) tensor of embeddings, got shape \(3,\)"):
-        E.embedding_dispersion(torch.ones(3))
-
-
-def test_completion_embeddings_pool_the_completion_only(char_model_dir):
-    net, tok = M.load_model(char_model_dir, device="cpu"), M.load_tokenizer(char_model_dir)
-    prompt, other_prompt = tok.encode("Problem: 2+2\nSolution:"), tok.encode("Q: 3*3?")
-    short, long = tok.encode(" 4"), tok.encode(" 2+2 = 4, so the answer is 4.")
-    net.train()  # the function runs in eval mode and gives the mode back
-    e = E.completion_embeddings(net, [prompt, other_prompt, prompt, prompt], [short, long, short, long])
-    assert e.shape == (4, net.config.hidden_size) and e.dtype == torch.float32 and net.training
-    with torch.no_grad():  # by hand: the final hidden states of prompt + completion, averaged over the completion
-        h = net.hidden_states(torch.tensor([prompt + short]))[0]
-    assert torch.allclose(e[0], h[len(prompt):].mean(0), atol=1e-6)
-    assert not torch.allclose(e[0], h.mean(0), atol=1e-3)  # the prompt positions are left out
-    # padding: `short` padded to the longest sequence of its batch is the same as alone
-    alone = E.completion_embeddings(net, [prompt], [short])
-    assert torch.allclose(alone[0], e[0], atol=1e-6) and torch.allclose(e[0], e[2], atol=1e-6)
-    one_by_one = E.completion_embeddings(net, [prompt, other_prompt], [short, long], token_budget=1)  # a chunk each
-    assert torch.allclose(one_by_one, e[:2], atol=1e-6)
-    # through the cache of a prompt prefilled once and left-padded: the same as the plain forward by hand
-    with torch.no_grad():
-        h_long = net.hidden_states(torch.tensor([other_prompt + long]))[0]
-    assert torch.allclose(e[1], h_long[len(other_prompt):].mean(0), atol=1e-5)
-    # identical completions: dispersion ~0; different ones: above 0
-    assert E.embedding_dispersion(e[[0, 2]]) == pytest.approx(0.0, abs=1e-6)
-    assert E.embedding_dispersion(e[[0, 3]]) > 1e-3
-    for prompts, completions, message in [([prompt], [short, long], "1 prompts but 2 completions"),
-                                          ([prompt, prompt], [short, []], "completion 1 has no tokens")]:
-        with pytest.raises(ValueError, match=message):
-            E.completion_embeddings(net, prompts, completions)
 
 
 # -----------------------------------------------------------------------------
@@ -197,7 +123,7 @@ def test_cli_writes_records_and_summary(tiny, data, tmp_path, capsys):
     # speed and compute follow from the records: tokens over generation seconds, FLOPs per token and context
     assert on_disk["generation_seconds"] == pytest.approx(sum(r["seconds"] for r in records)) and on_disk["wall_time_s"] > 0
     assert on_disk["tokens_per_s"] == pytest.approx(on_disk["completion_tokens_total"] / on_disk["generation_seconds"])
-    config = M.load_model(tiny, device="cpu").config
+    config = checkpoint.load_model(tiny, device="cpu").config
     assert on_disk["inference_flops"] == pytest.approx(E.inference_flops(config, records)) and on_disk["inference_flops"] > 0
     assert on_disk["settings"]["max_new_tokens"] == 6 and on_disk["settings"]["temperature"] == 0.0
     assert "accuracy" in capsys.readouterr().out
@@ -287,7 +213,7 @@ def test_sampled_run_does_not_depend_on_batch_size(tiny, data, tmp_path):
 def test_continuous_batching_writes_the_chunked_records(tiny, data, tmp_path):
     """evaluate(continuous=True), the CUDA default, against chunks (the CPU default): the same records, sampled
     (2 slots' worth of problems decode while the rest wait) and greedy; only the timing fields differ."""
-    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
     problems = P.load_problems(str(data))
     for kw in (dict(samples=3, temperature=1.0, seed=5), dict()):
         runs = [E.evaluate(net, tokenizer, problems, max_new_tokens=8, batch_size=2, continuous=c, **kw)[0]
@@ -303,7 +229,7 @@ def test_continuous_batching_writes_the_chunked_records(tiny, data, tmp_path):
 
 def scripted_generate(script):
     """A stand-in for sample.generate: for the prompt of problem text q, sample j answers script[q][j]."""
-    tokenizer = M.load_tokenizer("Qwen/Qwen3-0.6B-Base")
+    tokenizer = checkpoint.load_tokenizer("Qwen/Qwen3-0.6B-Base")
 
     def generate(model, prompts, max_new_tokens, n=1, **kw):
         out = []
@@ -320,7 +246,7 @@ def scripted_generate(script):
 def test_evaluate_function_with_known_answers(tiny, data, monkeypatch):
     script = {q: [a if i in (0, 2, 4) else "17"] for i, (q, a, _, _) in enumerate(PROBLEMS)}
     monkeypatch.setattr(sample, "generate", scripted_generate(script))
-    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
     records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data)), max_new_tokens=32, batch_size=2)
     assert [r["correct"] for r in records] == [True, False, True, False, True]
     assert summary["accuracy"] == pytest.approx(0.6) and summary["truncation_rate"] == 0.0
@@ -339,7 +265,7 @@ def test_per_group_accuracy_with_missing_field(tiny, tmp_path, monkeypatch, caps
     expected = {"?": dict(n=1, correct=1, accuracy=1.0), "alg": dict(n=2, correct=2, accuracy=1.0),
                 "geo": dict(n=2, correct=1, accuracy=0.5)}
     monkeypatch.setattr(sample, "generate", scripted_generate(script))
-    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
     records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data)), 32, group_by="topic")
     assert summary["per_group"] == expected and summary["accuracy"] == pytest.approx(0.8)
     assert [r["topic"] for r in records] == topics
@@ -357,7 +283,7 @@ def test_evaluate_majority_and_pass_at_k_with_known_samples(tiny, data, monkeypa
     script = {PROBLEMS[0][0]: ["4", "5", "5", "4.0", "6"],  # 4 vs 5 tie 2:2, 4 sampled first -> right
               PROBLEMS[1][0]: ["8", "9", "8", "1", "2"]}  # 8 wins -> wrong, 1 of 5 right
     monkeypatch.setattr(sample, "generate", scripted_generate(script))
-    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
     records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data), limit=2), 32, samples=5,
                                   temperature=0.7)
     assert [(r["n_correct"], r["selected"], r["correct"]) for r in records] == [(2, 0, True), (1, 0, False)]
@@ -371,7 +297,7 @@ def test_dispersion_of_scripted_samples(tiny, data, monkeypatch):
     script = {PROBLEMS[0][0]: ["4"] * 4,  # four identical completions: dispersion 0
               PROBLEMS[1][0]: ["9", "8", "9", "1000000"]}  # different completions: above 0
     monkeypatch.setattr(sample, "generate", scripted_generate(script))
-    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
     records, summary = E.evaluate(net, tokenizer, P.load_problems(str(data), limit=2), 32, samples=4,
                                   temperature=0.7, batch_size=1, dispersion=True)
     assert records[0]["dispersion"] == pytest.approx(0.0, abs=1e-6) and records[1]["dispersion"] > 1e-4
@@ -389,7 +315,7 @@ def test_chat_template_prompts_and_stop_tokens(tiny, data, monkeypatch):
         seen.update(prompts=prompts, stop=stop_token_ids)
         return [Completion(prompt_index=i, tokens=[5], finish_reason="length") for i in range(len(prompts))]
     monkeypatch.setattr(sample, "generate", fake_generate)
-    net, tokenizer = M.load_model(tiny, device="cpu"), M.load_tokenizer(tiny)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
     rows = P.load_problems(str(data), limit=1)
     records, summary = E.evaluate(net, tokenizer, rows, 8, template="chat_think")
     assert seen["prompts"][0] == tokenizer.encode(P.format_prompt(rows[0]["problem"], "chat_think"))

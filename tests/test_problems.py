@@ -8,6 +8,7 @@ import pytest
 
 import model as M
 import problems as P
+import checkpoint
 
 SUMS = dict(reversed(line.split("  ")) for line in (P.DATA_DIR / "SHA256SUMS").read_text().splitlines())
 
@@ -48,9 +49,9 @@ def test_math_training_pool_keeps_its_documented_shape():
 
 
 def test_shipped_qwen3_tokenizer_is_the_documented_file():
-    provenance = (M.QWEN3_TOKENIZER.parent / "PROVENANCE.md").read_text()
-    assert hashlib.sha256(M.QWEN3_TOKENIZER.read_bytes()).hexdigest() in provenance
-    tok = M.load_tokenizer(M.QWEN3_TOKENIZER)
+    provenance = (checkpoint.QWEN3_TOKENIZER.parent / "PROVENANCE.md").read_text()
+    assert hashlib.sha256(checkpoint.QWEN3_TOKENIZER.read_bytes()).hexdigest() in provenance
+    tok = checkpoint.load_tokenizer(checkpoint.QWEN3_TOKENIZER)
     assert tok.encode("Hello world") == [9707, 1879]  # reference encodings from PROVENANCE.md
     assert tok.encode("<|im_start|>user\nhi<|im_end|>") == [151644, 872, 198, 6023, 151645]
     assert (tok.eos_id, tok.im_end_id, tok.vocab_size) == (151643, 151645, 151669)
@@ -76,7 +77,7 @@ QWEN3_TEMPLATE = (
 
 def test_chat_templates_render_as_qwen3s_own_template():
     from transformers import PreTrainedTokenizerFast
-    hf = PreTrainedTokenizerFast(tokenizer_file=str(M.QWEN3_TOKENIZER))
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(checkpoint.QWEN3_TOKENIZER))
     problem = "What is $1 + 1$?"
     user = [dict(role="user", content=f"{problem}\n{P.CHAT_INSTRUCTION.format()}")]
     for template, thinking in (("chat", False), ("chat_think", True)):

@@ -13,9 +13,12 @@ import pytest
 
 import evaluate as E
 import model as M
-import report as R
+import problems as P
+from research import report as R
 import train_rl as T
 from test_train_rl import fake_grade  # the loop tests' stand-in reward: mixed groups from a random model
+import checkpoint
+import stats
 
 
 def write_jsonl(path, rows):
@@ -92,7 +95,7 @@ def tables(md):
 
 
 def acc_ci(correct, n):
-    lo, hi = E.wilson(correct, n)
+    lo, hi = stats.wilson(correct, n)
     return f"{100 * correct / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
@@ -176,7 +179,7 @@ def test_seeds_aggregate_and_evaluations_pair_as_computed_by_hand(tmp_path, data
     assert (row["only A right"], row["only B right"]) == (str(only_a), str(only_b)) == ("2", "4")
     p = min(1.0, 2 * sum(math.comb(6, i) for i in range(3)) / 2**6)  # exact two-sided binomial test
     assert row["McNemar p"] == f"{p:.3g}"
-    diff, ci = E.bootstrap_paired(a, b)
+    diff, ci = stats.bootstrap_paired(a, b)
     assert row["B - A points [95% bootstrap]"] == f"{100 * diff:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
 
 
@@ -318,8 +321,8 @@ def test_tiny_real_runs_report_what_their_files_say(tmp_path, char_model_dir, mo
                        eval_group_by="level", out=str(tmp_path / f"run-s{seed}"), save_every=0,
                        micro_batch_tokens=200)
         run = T.train(cfg)
-        problems = T.P.load_problems(str(data["test"]))
-        E.evaluate(M.load_model(run / "final", device="cpu"), M.load_tokenizer(run / "final"), problems, 8,
+        problems = P.load_problems(str(data["test"]))
+        E.evaluate(checkpoint.load_model(run / "final", device="cpu"), checkpoint.load_tokenizer(run / "final"), problems, 8,
                    out_dir=tmp_path / "evals" / f"run-s{seed}", dataset=str(data["test"]))
         dirs += [run, tmp_path / "evals" / f"run-s{seed}"]
     t = tables(R.report(dirs, tmp_path / "out", plots=False))

@@ -13,10 +13,13 @@ import torch
 import evaluate as E
 import model as M
 import problems as P
-import rounds as R
+from research.rounds import rounds as R
 import tiny
 import train_rl as T
 from conftest import make_char_model
+import checkpoint
+import runs
+import verify
 
 # A small run on the tiny world's 2-3 operation problems (the step grader works there too): fast enough for the
 # suite, with room to learn (the committed checkpoint answers most 3-operation problems bare).
@@ -44,12 +47,12 @@ def test_selection_rules_by_hand():
 
 def test_prompt_masked_and_loss_is_the_token_mean_nll(tmp_path):
     path = make_char_model(tmp_path / "m")
-    tok, net = M.load_tokenizer(path), M.load_model(path, dtype=torch.float32, device="cpu")
+    tok, net = checkpoint.load_tokenizer(path), checkpoint.load_model(path, dtype=torch.float32, device="cpu")
     problems = {"a": dict(id="a", problem="1 + 2"), "b": dict(id="b", problem="30 - 4 + 5")}
     rows = R.trace_rows([dict(id="a", response="1 + 2 = 3"), dict(id="b", response="ok")], problems, tok, "base")
     prompt_a = tok.encode(P.format_prompt("1 + 2", "base"))
     assert rows[0]["prompt"] == prompt_a and rows[0]["tokens"] == tok.encode("1 + 2 = 3") + [tok.eos_id]
-    ids, mask, _ = T.to_tensors(rows, tok.pad_id, "cpu")
+    ids, mask, _ = T.rollout_tensors(rows, tok.pad_id, "cpu")
     # row a: targets ids[1:]; exactly the completion's 10 targets (9 characters + the stop token) are unmasked
     assert mask[0].tolist() == [0.0] * (len(prompt_a) - 1) + [1.0] * 10 + [0.0] * (ids.shape[1] - 1 - len(prompt_a) - 9)
     # the distillation update's loss is -sum(log p(target)) / targets over the completion tokens only, by hand
@@ -66,7 +69,7 @@ def test_decomposition_pieces_by_hand():
     assert [R.chunk_sizes(n, 3) for n in (2, 3, 4, 5, 6)] == [[2], [3], [2, 2], [3, 2], [3, 3]]
     assert R.expression(68, [("-", "52"), ("+", "63"), ("*", "4"), ("-", "16")]) == "(68 - 52 + 63) * 4 - 16"
     for p in P.load_problems("tiny_ladder_val"):  # the generator's own texts, rebuilt from their parsed steps
-        tokens = tiny.NUMBER_OR_OP.findall(p["problem"])
+        tokens = verify.NUMBER_OR_OP.findall(p["problem"])
         assert R.expression(int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))) == p["problem"]
 
 
@@ -130,18 +133,18 @@ def test_rows_equal_their_recomputation_from_the_records(small_run):
         for mode in ("fast", "deliberate"):
             settings = json.loads((d / "eval" / mode / "settings.json").read_text())
             records = E.read_records(d / "eval" / mode / "records.jsonl")[0]
-            again.update(R.mode_fields(mode, E.summarize(records, settings, M.load_model(d).config)))
+            again.update(R.mode_fields(mode, E.summarize(records, settings, checkpoint.load_model(d).config)))
         if r:
             records = E.read_records(d / "deliberate" / "records.jsonl")[0]
             settings = json.loads((d / "deliberate" / "settings.json").read_text())
             traces = [json.loads(x) for x in (out / f"traces_{r}.jsonl").read_text().splitlines()]
-            tok = M.load_tokenizer(d)
+            tok = checkpoint.load_tokenizer(d)
             assert traces == R.traces_for_round(records, cfg, r, tok)
-            passes = [E.summarize(records, settings, M.load_model(out / f"round_{r - 1}").config)]
+            passes = [E.summarize(records, settings, checkpoint.load_model(out / f"round_{r - 1}").config)]
             again.update(R.deliberation_fields(records, passes, traces, cfg.eval_group_by))
-            again["training_tokens"], again["training_flops"] = R.training_flops(M.load_model(d).config, traces,
+            again["training_tokens"], again["training_flops"] = R.training_flops(checkpoint.load_model(d).config, traces,
                                                                                  cfg.epochs)
-        policy, tok = M.load_model(d, dtype=torch.float32, device="cpu"), M.load_tokenizer(d)
+        policy, tok = checkpoint.load_model(d, dtype=torch.float32, device="cpu"), checkpoint.load_tokenizer(d)
         fast = E.read_records(d / "eval" / "fast" / "records.jsonl")[0]
         again["entropy"] = R.greedy_entropy(policy, tok, {p["id"]: p for p in val}, fast, "base", "cpu")
         again["round_flops"] = again.get("deliberation_flops", 0.0) + again.get("training_flops", 0.0)
@@ -226,7 +229,7 @@ def test_bad_pools_are_refused(tmp_path):
     (tmp_path / "dup.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(dict(row, problem="2 + 2", answer="4")) + "\n")
     with pytest.raises(ValueError, match="not unique"):
         R.main(SMALL + ["--dataset", str(tmp_path / "dup.jsonl"), "--out", str(tmp_path / "b")])
-    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+    with pytest.raises(FileNotFoundError, match="holds no run to resume"):
         R.main(SMALL + ["--out", str(tmp_path / "c"), "--resume"])
     assert not any((tmp_path / n).exists() for n in "abc")
 
@@ -251,18 +254,15 @@ def test_decomposed_round_with_adaptive_k_and_an_rl_phase_runs_end_to_end(tmp_pa
     assert [len(s["calls"]) for s in level_4["samples"]] == [2, 2]  # 4 operations in two calls of 2
     assert all(s["response"].startswith("\n") for r in records for s in r["samples"])  # the tiny world's opening
     assert rows[1]["rl_steps"] == 1 and rows[1]["rl_flops"] > 0 and (out / "round_1" / "rl" / "final").is_dir()
-    assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(M.load_model("tiny").config, records + extra))
+    assert rows[1]["deliberation_flops"] == pytest.approx(R.decompose_flops(checkpoint.load_model("tiny").config, records + extra))
 
 
-ROUNDS_TABLE = Path(__file__).resolve().parent.parent / "benchmarks" / "rounds_table.py"
+ROUNDS_TABLE = Path(__file__).resolve().parent.parent / "research" / "rounds" / "rounds_table.py"
 
 
-def load_rounds_table():  # benchmarks/ is not a package: load benchmarks/rounds_table.py by its path
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("rounds_table", ROUNDS_TABLE)
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
-    return table
+def load_rounds_table():
+    from research.rounds import rounds_table
+    return rounds_table
 
 
 def test_paired_table_reads_the_runs_records(small_run):

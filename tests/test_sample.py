@@ -9,6 +9,8 @@ import torch
 
 import model as M
 import sample as S
+import checkpoint
+import looped
 
 VOCAB = 97
 
@@ -27,7 +29,7 @@ def tiny(tmp_path_factory):
             p.normal_(0, 0.3)  # large weights: peaked, prompt-dependent next-token distributions
     d = tmp_path_factory.mktemp("tiny")
     ref.save_pretrained(d)
-    return M.load_model(d, device="cpu"), ref
+    return checkpoint.load_model(d, device="cpu"), ref
 
 
 def random_prompts(lengths, seed=1):
@@ -538,22 +540,20 @@ def test_generate_on_gpu_equals_the_cpu(tiny, gpu):
 
 
 # -----------------------------------------------------------------------------
-# Looped depth (model.add_loop): its own cache rows per (layer, loop) pass, so the sampler's log-probs stay the
+# Looped depth (looped.add_loop): its own cache rows per (layer, loop) pass, so the sampler's log-probs stay the
 # trainer's
 
 
 def looped_copy(model, spec, lora_rank=0):
-    m = copy.deepcopy(model)
-    M.add_loop(m, spec, lora_rank)
-    return m
+    return looped.add_loop(copy.deepcopy(model), spec, lora_rank)
 
 
 def test_looped_generation_at_initialisation_equals_the_plain_model(tiny):
     model, _ = tiny
-    looped = looped_copy(model, "1:2:3")
+    deep = looped_copy(model, "1:2:3")
     prompts = random_prompts([5, 17, 3, 9])
     for kwargs in (dict(temperature=0), dict(temperature=1.0, n=3, seed=0)):
-        plain, loop = S.generate(model, prompts, 16, **kwargs), S.generate(looped, prompts, 16, **kwargs)
+        plain, loop = S.generate(model, prompts, 16, **kwargs), S.generate(deep, prompts, 16, **kwargs)
         assert [o.tokens for o in loop] == [o.tokens for o in plain]
         assert [o.logprobs for o in loop] == [o.logprobs for o in plain]  # exactly, not within a tolerance
 
@@ -570,7 +570,7 @@ def test_looped_sampler_logprobs_equal_the_trainers_after_updates(tiny, spec, ra
         M.token_logprobs(m, torch.randint(1, VOCAB, (4, 12), generator=g))[0].mean().neg().backward()
         opt.step()
         opt.zero_grad()
-    assert all(a > 0 for a in M.loop_metrics(m)["loop_gate_abs"])
+    assert all(a > 0 for a in looped.loop_metrics(m)["loop_gate_abs"])
     prompts = random_prompts([4, 11, 7])
     chunked, static = (S.generate(m, prompts, 16, temperature=1.0, n=3, seed=7, static=s) for s in (False, True))
     assert [o.tokens for o in static] == [o.tokens for o in chunked]  # the static step keeps every pass's row
@@ -583,24 +583,24 @@ def test_looped_sampler_logprobs_equal_the_trainers_after_updates(tiny, spec, ra
 
 def test_the_token_budget_counts_every_layer_pass(tiny):
     model, _ = tiny
-    looped = looped_copy(model, "1:2:3")  # 2 layers + 2 extra passes of layer 1
-    assert S.kv_bytes_per_token(looped) == 2 * S.kv_bytes_per_token(model)
-    assert S.default_token_budget(looped) == S.default_token_budget(model) // 2
-    assert looped.new_cache(2, 10).k.shape[0] == 4
+    deep = looped_copy(model, "1:2:3")  # 2 layers + 2 extra passes of layer 1
+    assert S.kv_bytes_per_token(deep) == 2 * S.kv_bytes_per_token(model)
+    assert S.default_token_budget(deep) == S.default_token_budget(model) // 2
+    assert deep.new_cache(2, 10).k.shape[0] == 4
 
 
 def test_looped_generate_on_gpu_equals_the_cpu(tiny, gpu):
     """A looped model with open gates and per-loop adapters, on the GPU in fp32, eager and compiled: the CPU's
     greedy tokens and seeded samples, log-probs equal up to rounding."""
     model, _ = tiny
-    looped = looped_copy(model, "1:2:3", lora_rank=2)
+    deep = looped_copy(model, "1:2:3", lora_rank=2)
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
-        for name, p in looped.loop.named_parameters():
+        for name, p in deep.loop.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.03 if ".lora_" in name else 0.3))
-    on_gpu, prompts = copy.deepcopy(looped).to(gpu), random_prompts([5, 17, 3, 9])
+    on_gpu, prompts = copy.deepcopy(deep).to(gpu), random_prompts([5, 17, 3, 9])
     for kw, compile in itertools.product([dict(temperature=0), dict(temperature=1.0, n=2, seed=5)], (False, True)):
-        want, got = S.generate(looped, prompts, 16, **kw), S.generate(on_gpu, prompts, 16, compile=compile, **kw)
+        want, got = S.generate(deep, prompts, 16, **kw), S.generate(on_gpu, prompts, 16, compile=compile, **kw)
         assert [o.tokens for o in got] == [o.tokens for o in want], (kw, compile)
         flat = lambda out: torch.tensor([lp for o in out for lp in o.logprobs])  # noqa: E731
         torch.testing.assert_close(flat(got), flat(want), atol=1e-3, rtol=0)

@@ -11,6 +11,8 @@ import torch
 import model as qwen
 import tiny
 from problems import DATA_DIR, format_prompt, load_problems
+import checkpoint
+import verify
 
 SEED = tiny.TinyConfig().seed  # the seed the committed files were built from
 
@@ -179,14 +181,14 @@ def test_rope_theta_1e300_leaves_only_the_first_rotary_pair_turning(tmp_path):
 
 @pytest.fixture(scope="module")
 def committed():
-    return qwen.load_model("tiny", device="cpu"), qwen.load_tokenizer("tiny")
+    return checkpoint.load_model("tiny", device="cpu"), checkpoint.load_tokenizer("tiny")
 
 
 def test_committed_checkpoint_matches_transformers(committed):
     transformers = pytest.importorskip("transformers")
     model, tok = committed
     assert model.config.vocab_size >= tok.vocab_size and model.config.eos_token_id == tok.eos_id
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(qwen.TINY_MODEL_DIR), dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(checkpoint.TINY_MODEL_DIR), dtype=torch.float32).eval()
     ids = torch.tensor([tok.encode(format_prompt("(37 + 12) * 3 - 45") + "\n37 + 12 = 49")])
     with torch.no_grad():
         ours, theirs = model(ids), hf(ids).logits
@@ -207,7 +209,7 @@ def test_committed_checkpoint_is_sometimes_right_as_recorded(committed):
     # the record tiny.py wrote at build time, recomputed from the committed files: "sometimes right" means
     # greedy test accuracy well inside (10%, 60%), with the planted direct-answer habit
     model, tok = committed
-    recorded = json.loads((qwen.TINY_MODEL_DIR / "pretrain.json").read_text())
+    recorded = json.loads((checkpoint.TINY_MODEL_DIR / "pretrain.json").read_text())
     assert recorded["config"]["steps"] == tiny.TinyConfig().steps and recorded["config"]["seed"] == SEED
     metrics = tiny.evaluate(model, tok, load_problems("tiny_test"))
     assert metrics == pytest.approx(recorded["test"], abs=1e-9)
@@ -228,16 +230,16 @@ def test_init_continues_a_checkpoint_as_pretrain_would(tmp_path, monkeypatch):
     argv = ["--init", "tiny", "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "data")]
     tiny.main(argv + [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()])
     cfg = tiny.TinyConfig(**flags)
-    model, tok = qwen.load_model("tiny", device="cpu"), qwen.load_tokenizer("tiny")
+    model, tok = checkpoint.load_model("tiny", device="cpu"), checkpoint.load_tokenizer("tiny")
     splits = tiny.make_splits(SEED)
     ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
     seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
     tiny.pretrain(model, tok, splits["train"], cfg, log=lambda msg: None, long_rows=tiny.make_long(SEED, (5,), seen))
-    written = qwen.load_model(tmp_path / "out", device="cpu")
+    written = checkpoint.load_model(tmp_path / "out", device="cpu")
     for (name, a), b in zip(model.state_dict().items(), written.state_dict().values()):
         assert torch.equal(a, b), name
-    assert not torch.equal(written.lm_head.weight, qwen.load_model("tiny", device="cpu").lm_head.weight)
-    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (qwen.TINY_MODEL_DIR / "tokenizer.json").read_bytes()
+    assert not torch.equal(written.lm_head.weight, checkpoint.load_model("tiny", device="cpu").lm_head.weight)
+    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (checkpoint.TINY_MODEL_DIR / "tokenizer.json").read_bytes()
     record = json.loads((tmp_path / "out" / "pretrain.json").read_text())
     assert record["config"]["init"] == "tiny" and record["ladder_val"] == {"n": 500}  # seeded rungs: measured
     with pytest.raises(ValueError, match="--rope-theta"):
@@ -259,14 +261,14 @@ def test_evaluate_ladder_is_greedy_step_valid_accuracy_per_rung(monkeypatch):
 def test_ladder_checkpoint_is_the_recorded_continuation_and_reaches_every_seeded_rung():
     # tiny_ladder_model/ (--model tiny-ladder): tiny continued by `tiny.py --init tiny` with complete 4-6-operation
     # solutions; its build record recomputed from the committed files, and the rungs it seeds within greedy reach
-    record = json.loads((qwen.TINY_MODELS["tiny-ladder"] / "pretrain.json").read_text())
+    record = json.loads((checkpoint.TINY_MODELS["tiny-ladder"] / "pretrain.json").read_text())
     assert record["config"]["init"] == "tiny" and tiny.long_shares(tiny.TinyConfig(**record["config"])) == \
         {4: 0.04, 5: 0.2, 6: 0.25}
-    assert record["init_sha256"] == hashlib.sha256((qwen.TINY_MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
-    assert qwen.is_tiny_world("tiny-ladder") and qwen.resolve_model_dir("tiny-ladder").name == "tiny_ladder_model"
-    assert (qwen.resolve_model_dir("tiny-ladder") / "tokenizer.json").read_bytes() == \
-        (qwen.TINY_MODEL_DIR / "tokenizer.json").read_bytes()
-    model, tok = qwen.load_model("tiny-ladder", device="cpu"), qwen.load_tokenizer("tiny-ladder")
+    assert record["init_sha256"] == hashlib.sha256((checkpoint.TINY_MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
+    assert checkpoint.is_tiny_world("tiny-ladder") and checkpoint.resolve_model_dir("tiny-ladder").name == "tiny_ladder_model"
+    assert (checkpoint.resolve_model_dir("tiny-ladder") / "tokenizer.json").read_bytes() == \
+        (checkpoint.TINY_MODEL_DIR / "tokenizer.json").read_bytes()
+    model, tok = checkpoint.load_model("tiny-ladder", device="cpu"), checkpoint.load_tokenizer("tiny-ladder")
     by_rung = tiny.evaluate_ladder(model, tok, load_problems("tiny_ladder_val"))
     assert by_rung == pytest.approx(record["ladder_val"], abs=1e-9)
     assert all(by_rung[str(lv)] > 0 for lv in (4, 5, 6)) and by_rung["2"] > 0.5 > by_rung["3"]
@@ -323,8 +325,8 @@ def test_long_solutions_are_new_problems_mixed_in_at_their_shares():
 def test_committed_ladder_matches_generator_and_fits_the_context():
     splits = tiny.make_splits(SEED)
     ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
-    tok = qwen.load_tokenizer("tiny")
-    context = json.loads((qwen.TINY_MODEL_DIR / "config.json").read_text())["max_position_embeddings"]
+    tok = checkpoint.load_tokenizer("tiny")
+    context = json.loads((checkpoint.TINY_MODEL_DIR / "config.json").read_text())["max_position_embeddings"]
     for name, rows in ladder.items():
         path = DATA_DIR / f"tiny_{name}.jsonl"
         committed = [json.loads(line) for line in path.read_text().splitlines()]
@@ -354,10 +356,10 @@ RIGHT = "\n37 + 12 = 49\n49 * 2 = 98\n98 - 45 = 53\n\\boxed{53}"
     ("37 + 12 = 49\n49 * 2 = 98\n\\boxed{98}", False),  # stopped a step early
 ])
 def test_check_steps_on_hand_written_solutions(response, ok):
-    assert tiny.chain(PROBLEM) == (["37 + 12 = 49", "49 * 2 = 98", "98 - 45 = 53"], evaluate_text(PROBLEM))
-    assert tiny.check_steps(response, PROBLEM, "53") is ok
+    assert verify.chain(PROBLEM) == (["37 + 12 = 49", "49 * 2 = 98", "98 - 45 = 53"], evaluate_text(PROBLEM))
+    assert verify.check_steps(response, PROBLEM, "53") is ok
     row = dict(problem=PROBLEM, answer="53")
-    correct, rewards = tiny.grade_steps_batch([response, "no box"], [row, row], format_penalty=0.2)
+    correct, rewards = verify.grade_with("steps", [response, "no box"], [row, row], format_penalty=0.2)
     assert correct == [ok, False] and rewards == [1.0 if ok else 0.0, -0.2]
 
 
@@ -384,13 +386,13 @@ def test_steps_grader_keeps_the_guess_rate_under_one_percent():
     for responses, answer_rate in ((guesses, (0.0, 0.03)), (lucky, (1.0, 1.0))):
         by_answer = sum(grade(x, r["answer"]) for x, r in zip(responses, rows)) / len(rows)
         assert answer_rate[0] <= by_answer <= answer_rate[1]
-        correct, _ = tiny.grade_steps_batch(responses, problems)
+        correct, _ = verify.grade_with("steps", responses, problems)
         assert sum(correct) / len(rows) <= 0.01 and not any(correct)
-    assert all(tiny.grade_steps_batch([r["solution"] for r in rows], problems)[0])
+    assert all(verify.grade_with("steps", [r["solution"] for r in rows], problems)[0])
 
 
 def test_ladder_datasets_bring_the_ladder_defaults():
-    import bands
+    from research.bands import bands
     import evaluate
     import train_rl
     cfg = train_rl.parse_args(["--model", "tiny", "--dataset", "tiny_ladder_train"])
@@ -419,4 +421,4 @@ def cli_parse(config, argv, defaults):
 
 def test_check_steps_refuses_a_problem_that_is_not_a_tiny_expression():
     with pytest.raises(ValueError, match="grader steps"):
-        tiny.check_steps("\\boxed{2}", "What is $1 + 1$?", "2")
+        verify.check_steps("\\boxed{2}", "What is $1 + 1$?", "2")

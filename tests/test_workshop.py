@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import bands as B
+from research.bands import bands as B
 import cli
 import evaluate as E
-import report as RP
-import rounds as R
+from research import report as RP
+from research.rounds import rounds as R
 import train_rl as T
+import checkpoint
+import looped
+import objectives
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSHOP = ROOT / "WORKSHOP.md"
@@ -100,7 +103,7 @@ PARSERS = {"train_rl.py": parse_train_rl, "evaluate.py": parse_evaluate, "bands.
 
 
 def test_every_python_command_of_the_workshop_parses(monkeypatch):
-    monkeypatch.setitem(T.OBJECTIVES, "psr", psr.PSR)  # what psr.py's register() does before it parses
+    monkeypatch.setitem(objectives.OBJECTIVES, "psr", psr.PSR)  # what psr.py's register() does before it parses
     commands = python_commands()
     assert len(commands) >= 15 and {s for s, _ in commands} >= set(PARSERS) - {"rounds.py"}
     for script, argv in commands:
@@ -176,20 +179,19 @@ def test_every_python_c_snippet_runs(monkeypatch):
 
 def test_exercise3_group_advantages_by_hand():
     r = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
-    assert torch.allclose(T.group_advantages(r, scale_by_std=False), torch.tensor([[0.75, -0.25, -0.25, -0.25]]))
+    assert torch.allclose(objectives.group_advantages(r, scale_by_std=False), torch.tensor([[0.75, -0.25, -0.25, -0.25]]))
     # GRPO divides by the unbiased std, sqrt((0.75^2 + 3 * 0.25^2) / 3) = 0.5
-    assert torch.allclose(T.group_advantages(r, scale_by_std=True), torch.tensor([[1.5, -0.5, -0.5, -0.5]]), atol=1e-5)
+    assert torch.allclose(objectives.group_advantages(r, scale_by_std=True), torch.tensor([[1.5, -0.5, -0.5, -0.5]]), atol=1e-5)
 
 
 def test_exercise7_flops_of_the_looped_tiny_model_by_hand():
     import model as M
     c = M.Qwen3Config.from_json(ROOT / "tiny_model" / "config.json")
-    looped = M.load_model("tiny", device="cpu")
-    M.add_loop(looped, "1:3:2")
-    assert looped.config.layer_passes == c.num_hidden_layers + 2  # layers [1, 3) once more
+    deep = looped.add_loop(checkpoint.load_model("tiny", device="cpu"), "1:3:2")
+    assert deep.config.layer_passes == c.num_hidden_layers + 2  # layers [1, 3) once more
     attn = c.hidden_size * c.head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
     layer = 2 * (attn + 3 * c.hidden_size * c.intermediate_size)
-    assert M.flops_per_token(looped.config, 0) - M.flops_per_token(c, 0) == 2 * layer
+    assert M.flops_per_token(deep.config, 0) - M.flops_per_token(c, 0) == 2 * layer
     assert M.flops_per_token(c, 0, training=True) == 3 * M.flops_per_token(c, 0)
 
 
@@ -225,10 +227,10 @@ def test_psr_advantages_and_gradient_hand_computed():
 
 
 def test_psr_registers_only_when_asked(monkeypatch):
-    assert "psr" not in T.OBJECTIVES  # importing the solution left the table alone
-    monkeypatch.setitem(T.OBJECTIVES, "psr", T.OBJECTIVES.get("psr"))
+    assert "psr" not in objectives.OBJECTIVES  # importing the solution left the table alone
+    monkeypatch.setitem(objectives.OBJECTIVES, "psr", objectives.OBJECTIVES.get("psr"))
     psr.register()
-    assert T.OBJECTIVES["psr"] is psr.PSR
+    assert objectives.OBJECTIVES["psr"] is psr.PSR
     cfg = T.parse_args(["--objective", "psr", "--model", "tiny"])
     T.check_config(cfg)
     assert cfg.objective == "psr" and cfg.steps == 60  # the tiny world's defaults still apply
@@ -242,4 +244,4 @@ def test_psr_solution_is_at_most_15_lines():
 
 
 def test_the_workshop_imports_do_not_leak_into_other_tests():
-    assert "psr" not in T.OBJECTIVES and sys.modules.get("train_rl") is T
+    assert "psr" not in objectives.OBJECTIVES and sys.modules.get("train_rl") is T

@@ -2,10 +2,10 @@
 Every objective on the embedded tiny world, side by side: a short run per objective and seed from the
 committed checkpoint, then greedy accuracy and direct-answer share on tiny_test before and after.
 
-    python benchmarks/compare_objectives.py             # every objective x seeds 0-2, 12 steps x 8 problems (~9 min)
-    python benchmarks/compare_objectives.py --quick     # drgrpo and grpo, seed 0, 4 steps (a smoke test)
-    python benchmarks/compare_objectives.py --epochs-per-batch 4   # any other flag goes to every train_rl run
-    python report.py runs/objectives/*/final_eval --by objective --out runs/report/objectives  # the same, with intervals
+    python research/objectives/compare_objectives.py             # every objective x seeds 0-2, 12 steps x 8 problems (~9 min)
+    python research/objectives/compare_objectives.py --quick     # drgrpo and grpo, seed 0, 4 steps (a smoke test)
+    python research/objectives/compare_objectives.py --epochs-per-batch 4   # any other flag goes to every train_rl run
+    python research/report.py runs/objectives/*/final_eval --by objective --out runs/report/objectives  # the same, with intervals
 
 Every run uses the tiny world's defaults from train_rl.py (G = 8, lr 1e-4, 64 new tokens) and each
 objective's own flag defaults (e.g. DAPO's clip-higher and dynamic sampling); only the objective and the
@@ -26,9 +26,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
 import evaluate as E  # noqa: E402
-import model as M  # noqa: E402
+from objectives import OBJECTIVES  # noqa: E402
 import problems as P  # noqa: E402
 import train_rl as T  # noqa: E402
 
@@ -36,8 +37,8 @@ def greedy_test(model_path, n_test, out_dir=None):
     """(greedy accuracy, direct-answer share, mean response tokens) on the first n_test tiny_test problems;
     with out_dir the evaluation's records and summary are written there (report.py reads them)."""
     test = P.load_problems("tiny_test", limit=n_test)
-    tokenizer = M.load_tokenizer(model_path)
-    records, summary = E.evaluate(M.load_model(model_path, device="cpu"), tokenizer, test,
+    tokenizer = checkpoint.load_tokenizer(model_path)
+    records, summary = E.evaluate(checkpoint.load_model(model_path, device="cpu"), tokenizer, test,
                                   max_new_tokens=64, batch_size=n_test, out_dir=out_dir, dataset="tiny_test")
     direct = sum(T.is_direct_answer(r["response"]) for r in records) / len(records)
     length = statistics.mean(len(tokenizer.encode(r["response"])) for r in records)
@@ -65,7 +66,7 @@ def rl_effect(objective, seed, out, steps=12, problems_per_step=8, n_test=200, m
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--objectives", default=",".join(T.OBJECTIVES))
+    ap.add_argument("--objectives", default=",".join(OBJECTIVES))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--problems-per-step", type=int, default=8)

@@ -1,10 +1,10 @@
 """
 System 2 -> System 1 rounds: verified deliberation trains the fast policy, and the fast policy then deliberates.
 
-    python rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder      # the ladder, CPU
-    python rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 --adaptive-samples 24 \
+    python research/rounds/rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder      # the ladder, CPU
+    python research/rounds/rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 --adaptive-samples 24 \
         --num-problems 500 --epochs 2 --rounds 5 --fresh --schedule cosine --out runs/rounds/seeded
-    python rounds.py --model Qwen/Qwen3-0.6B-Base --dataset math_train --out runs/rounds/qwen  # a GPU
+    python research/rounds/rounds.py --model Qwen/Qwen3-0.6B-Base --dataset math_train --out runs/rounds/qwen  # a GPU
 
 Round r starts from the policy pi_r (pi_0 = --model) and does, each step one plain function call:
 1. Deliberate (System 2) on the training pool: k samples per problem (--samples) at --temperature with the
@@ -14,7 +14,7 @@ Round r starts from the policy pi_r (pi_0 = --model) and does, each step one pla
    here; nothing at evaluation sees one). --frontier T (the ladder): the round's pool is the rungs the fast
    policy solves at >= T on validation (the previous row) and the next one, a new rung at a time. --fresh:
    round r deliberates on the r-th block of --num-problems pool problems, never on a problem seen before.
-2. Select the traces the grader accepts against the *training* answer (verify.grade, or tiny.check_steps with
+2. Select the traces the grader accepts against the *training* answer (verify.grade, or verify.check_steps with
    --grader steps, which pays no lucky guess): at most --max-traces c per problem, rule --selection all (the
    first c accepted), distinct (the first c distinct texts) or shortest (the c shortest distinct texts);
    counts per level are logged and the traces written to traces_N.jsonl.
@@ -46,17 +46,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import sys
+
 import torch
 
-import cli
-import evaluate as E
-import model as M
-import problems as P
-import sample
-import tiny
-import train_rl as T
-import verify
-from cli import arg
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
+import cli  # noqa: E402
+import distributed as D  # noqa: E402
+import evaluate as E  # noqa: E402
+import model as M  # noqa: E402
+import problems as P  # noqa: E402
+import runs  # noqa: E402
+import sample  # noqa: E402
+import train_rl as T  # noqa: E402
+import verify  # noqa: E402
+from cli import arg  # noqa: E402
 
 SELECTIONS = ("all", "distinct", "shortest")
 DELIBERATIONS = ("sample", "decompose")
@@ -67,7 +72,7 @@ RESUMABLE = {"rounds", "resume", "device", "out"}  # may change on --resume (a m
 @dataclass
 class RoundsConfig:
     # model and data (the same meaning as in train_rl.py)
-    model: str = arg(M.DEFAULT_MODEL, "pi_0: Hugging Face repo id, local checkpoint directory, or 'tiny'")
+    model: str = arg(checkpoint.DEFAULT_MODEL, "pi_0: Hugging Face repo id, local checkpoint directory, or 'tiny'")
     dataset: str = arg("math_train", "training pool (deliberation and distillation)")
     subject: str = arg("", "keep only problems of this subject ('' keeps all)")
     num_problems: int = arg(500, "the first N problems of the pool deliberate each round (0: all)")
@@ -77,7 +82,7 @@ class RoundsConfig:
     test_dataset: str = arg("", "evaluated after the last round only, never used for a choice ('' skips)")
     test_limit: int = arg(0, "evaluate only the first N test problems (0: all)")
     template: str = arg("base", "prompt template: base, chat, chat_think")
-    grader: str = arg("answer", "answer (verify.grade) or steps (tiny.check_steps: the worked lines too)")
+    grader: str = arg("answer", "answer (verify.grade) or steps (verify.check_steps: the worked lines too)")
     eval_group_by: str = arg("subject", "accuracy per value of this problem field ('' skips)")
     # System 2: deliberation on the training pool
     rounds: int = arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation "
@@ -104,7 +109,8 @@ class RoundsConfig:
     epochs: int = arg(2, "passes over the selected traces")
     batch_size: int = arg(32, "traces per distillation update")
     warmup_steps: int = arg(0, "linear warmup updates of distillation")
-    schedule: str = arg("constant", "distillation lr after warmup: constant, cosine or linear decay to 0")
+    schedule: str = arg("constant", "distillation lr after warmup: constant, cosine or linear decay to 0",
+                        choices=("constant", "cosine", "linear"))
     weight_decay: float = arg(0.0, "AdamW weight decay")
     grad_clip: float = arg(1.0, "max gradient norm (0: no clipping)")
     micro_batch_tokens: int = arg(4096, "padded tokens per forward/backward micro-batch")
@@ -129,7 +135,7 @@ TINY_ROUNDS_DEFAULTS = dict(lr=5e-4, epochs=3, batch_size=16, num_problems=250, 
 
 def flag_defaults(first):
     out = {k: v for k, v in T.flag_defaults(first).items() if k in SHARED_DEFAULTS}
-    if M.is_tiny_world(first.model):
+    if checkpoint.is_tiny_world(first.model):
         out.update(TINY_ROUNDS_DEFAULTS)
     return out
 
@@ -159,12 +165,12 @@ def check_config(cfg):
                          f"and no --frontier, got --num-problems {cfg.num_problems} --frontier {cfg.frontier}")
     if cfg.distil_from not in DISTIL_FROM:
         raise ValueError(f"--distil-from must be one of {', '.join(DISTIL_FROM)}, got {cfg.distil_from!r}")
-    if cfg.grader not in tiny.GRADERS:
-        raise ValueError(f"--grader must be one of {', '.join(tiny.GRADERS)}, got {cfg.grader!r}")
+    if cfg.grader not in verify.GRADERS:
+        raise ValueError(f"--grader must be one of {', '.join(verify.GRADERS)}, got {cfg.grader!r}")
     if cfg.template not in P.TEMPLATES:
         raise ValueError(f"--template must be one of {', '.join(P.TEMPLATES)}, got {cfg.template!r}")
-    if cfg.schedule not in T.SCHEDULES:
-        raise ValueError(f"--schedule must be one of {', '.join(T.SCHEDULES)}, got {cfg.schedule!r}")
+    cli.check_choices(cfg)
+    cli.check_device(cfg.device)
     if cfg.temperature <= 0 or not 0 < cfg.top_p <= 1:
         raise ValueError(f"--temperature must be > 0 (deliberation samples) and --top-p in (0, 1], got "
                          f"{cfg.temperature} and {cfg.top_p}")
@@ -240,7 +246,7 @@ def decompose(policy, tokenizer, problems, cfg, out_dir, seed, k, dataset):
     """Least-to-most deliberation (Zhou et al. 2023) on tiny-world problems: each of k samples solves the
     problem's operations --chunk-ops at a time, each piece a fresh call of the policy on a sub-problem that
     starts from the value the previous call boxed; the calls' worked lines are joined into one response, graded
-    as any other. Only the problem text is used (parsed as tiny.chain parses it); the policy writes every
+    as any other. Only the problem text is used (parsed as verify.chain parses it); the policy writes every
     line. Each sample lists its calls as [prompt tokens, completion tokens], whose FLOPs are the deliberation's.
 Returns evaluate.py's records (one per problem, k samples) and summary; the records are the cache."""
     if (out_dir / "summary.json").exists():
@@ -249,7 +255,7 @@ Returns evaluate.py's records (one per problem, k samples) and summary; the reco
     stop = tokenizer.stop_token_ids(chat=cfg.template != "base")
     parsed = []
     for p in problems:
-        tokens = tiny.NUMBER_OR_OP.findall(p["problem"])
+        tokens = verify.NUMBER_OR_OP.findall(p["problem"])
         parsed.append((int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))))
     # state per (problem, sample): the value so far, the steps left, the lines written, tokens and calls made
     states = [dict(value=str(v), left=steps, head="", lines=[], tokens=0, calls=[], finish="stop", box=None)
@@ -290,9 +296,9 @@ Returns evaluate.py's records (one per problem, k samples) and summary; the reco
     summary = E.summarize(records, settings, wall_time=time.time() - t0)
     summary["inference_flops"] = decompose_flops(policy.config, records)
     out_dir.mkdir(parents=True, exist_ok=True)
-    E.write_json(out_dir / "settings.json", settings)
+    runs.write_json(out_dir / "settings.json", settings)
     write_jsonl(out_dir / "records.jsonl", records)
-    E.write_json(out_dir / "summary.json", summary)
+    runs.write_json(out_dir / "summary.json", summary)
     return records, summary
 
 
@@ -327,7 +333,7 @@ def frontier_problems(pool, fast_by_level, threshold, n):
     """--frontier (one new rung at a time, as a curriculum climbs): the levels the fast policy solves, from the
     lowest up while its validation accuracy is >= threshold, and the next one; returns (the first n pool problems
     of those levels, n = 0: all, and the highest level kept). Distilling a new rung's decomposed traces next to the
-    solved rungs' keeps them (docs/rounds.md: rungs 4-6 traces distilled at once collapse the fast policy)."""
+    solved rungs' keeps them (research/rounds/README.md: rungs 4-6 traces distilled at once collapse the fast policy)."""
     top = min(int(p["level"]) for p in pool) - 1
     for level in sorted(int(k) for k in fast_by_level):
         if level != top + 1 or fast_by_level[str(level)] < threshold:
@@ -363,18 +369,18 @@ def traces_for_round(records, cfg, r, tokenizer):
 
 
 # -----------------------------------------------------------------------------
-# 3. Distil: next-token loss on the traces, prompt masked, through train_rl.policy_update
+# 3. Distil: next-token loss on the traces, prompt masked, through train_rl.sft_update
 
 
 def trace_rows(traces, problems_by_id, tokenizer, template):
-    """policy_update's rows: prompt ids, completion ids (the response re-encoded, then the stop token, so the
-    model learns to stop), advantage 1; sampler log-probs are unused (no importance weights) and set to 0."""
+    """train_rl.sft_update's rows: prompt ids, completion ids (the response re-encoded, then the stop token, so the
+    model learns to stop); sampler log-probs are unused (no importance weights) and set to 0."""
     eos = tokenizer.stop_token_ids(chat=template != "base")[0]
     rows = []
     for t in traces:
         tokens = tokenizer.encode(t["response"]) + [eos]
         rows.append(dict(prompt=tokenizer.encode(P.format_prompt(problems_by_id[t["id"]]["problem"], template)),
-                         tokens=tokens, sampler_logprobs=[0.0] * len(tokens), advantage=1.0))
+                         tokens=tokens, sampler_logprobs=[0.0] * len(tokens)))
     return rows
 
 
@@ -396,10 +402,8 @@ def distil(policy, rows, cfg, r, device, pad_id):
         order = torch.randperm(len(rows), generator=torch.Generator().manual_seed((cfg.seed * 1_009 + r) * 1_009 + epoch))
         for start in range(0, len(rows), cfg.batch_size):
             batch = [rows[i] for i in order[start:start + cfg.batch_size].tolist()]
-            for group in optimizer.param_groups:
-                group["lr"] = T.lr_at(update, dcfg)
-            stats = T.policy_update(policy, None, optimizer, batch, len(batch), sum(len(b["tokens"]) for b in batch),
-                                    dcfg, device, pad_id)
+            T.set_lr(optimizer, T.lr_at(update, dcfg))
+            stats = T.sft_update(policy, optimizer, batch, dcfg, device, pad_id)
             losses.append(stats["loss"])
             tokens += stats["tokens"]
             update += 1
@@ -469,7 +473,7 @@ def greedy_entropy(policy, tokenizer, problems_by_id, records, template, device,
     rows = trace_rows([dict(id=r["id"], response=r["response"]) for r in records], problems_by_id, tokenizer, template)
     total, count = 0.0, 0
     for batch in T.micro_batches(rows, micro_batch_tokens):
-        ids, mask, _ = T.to_tensors(batch, tokenizer.pad_id, device)
+        ids, mask, _ = T.rollout_tensors(batch, tokenizer.pad_id, device)
         _, entropy = M.token_logprobs(policy, ids)
         total += float((entropy.float() * mask).sum())
         count += int(mask.sum())
@@ -512,39 +516,28 @@ def deliberation_fields(records, passes, traces, group_by):
 # The rounds
 
 
-def read_rows(path):
-    """The complete rows of rounds.jsonl (a partial last line from a killed run is dropped)."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    complete = data[:data.rfind(b"\n") + 1]
-    if len(complete) < len(data):
-        path.write_bytes(complete)
-    return [json.loads(line) for line in complete.decode().splitlines() if line.strip()]
-
-
 def start_run(cfg, out):
-    """Write config.json, or check it on --resume; returns the complete rows."""
-    rows_path, config_path = out / "rounds.jsonl", out / "config.json"
+    """Claim --out (runs.claim: nothing else in it, no other process on it), write config.json or check it on
+    --resume; returns the complete rows (a torn last line of a killed run is dropped)."""
+    config_path = out / "config.json"
     if cfg.resume:
-        if not config_path.exists():
-            raise FileNotFoundError(f"--resume: {config_path} not found; nothing to resume")
-        saved = json.loads(config_path.read_text())
+        runs.check_out(out, "rounds", resume=True)
+        saved = runs.read_json_object(config_path)
+        if not saved:
+            raise FileNotFoundError(f"--resume: {config_path} is missing or not a JSON object; nothing to resume")
         diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
                 if k not in RESUMABLE and saved.get(k) != v}
         if diff:
             raise ValueError(f"--resume: settings differ from {config_path} (saved, now): {diff}")
-    elif rows_path.exists() or config_path.exists():
-        raise FileExistsError(f"{out} already holds a rounds run; pass --resume to continue it or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    E.write_json(config_path, dict(dataclasses.asdict(cfg), code_version=T.code_version()))
-    return read_rows(rows_path)
+    runs.claim(out, "rounds", resume=cfg.resume)  # held until this process ends
+    runs.write_json(config_path, dict(dataclasses.asdict(cfg), code_version=runs.code_version()))
+    return runs.read_log(out / "rounds.jsonl", repair=True)
 
 
 def load_policy(path, device):
     """(fp32 policy to train, the model to sample from: itself on CPU, a bf16 copy on CUDA), named by path."""
-    policy = M.load_model(path, dtype=torch.float32, device=device)
-    rollout = T.make_rollout_model(policy, device)
+    policy = checkpoint.load_model(path, dtype=torch.float32, device=device)
+    rollout = D.sampling_copy(policy, device)
     rollout.name_or_path = policy.name_or_path = str(path)
     return policy, rollout
 
@@ -577,9 +570,9 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
                training_tokens=train_tokens, training_flops=train_flops,
                rl_steps=0, rl_generated_tokens=0, rl_training_tokens=0, rl_flops=0.0)
     if cfg.rl_steps:
-        M.save_model(policy, round_dir / "distilled", tokenizer)
+        checkpoint.save_model(policy, round_dir / "distilled", tokenizer)
         final, rl = rl_phase(cfg, round_dir, r, train_set)
-        policy = M.load_model(final, dtype=torch.float32, device=device)
+        policy = checkpoint.load_model(final, dtype=torch.float32, device=device)
         row.update(rl)
     save_policy(policy, round_dir, tokenizer)
     return finish_row(row, r, cfg, out, val_set, tokenizer, device, rows, t0)
@@ -588,7 +581,7 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
 def save_policy(policy, round_dir, tokenizer):
     """round_N/ in Hugging Face layout; the deliberation records beside it are kept (a resume reuses them)."""
     tmp = round_dir.with_name(f".{round_dir.name}.model")
-    M.save_model(policy, tmp, tokenizer)
+    checkpoint.save_model(policy, tmp, tokenizer)
     round_dir.mkdir(parents=True, exist_ok=True)
     for f in tmp.iterdir():
         os.replace(f, round_dir / f.name)
@@ -630,16 +623,18 @@ def print_row(row, cfg):
 def run(cfg):
     check_config(cfg)
     out = Path(cfg.out)
+    runs.check_out(out, "rounds", cfg.resume)
     pools = load_pools(cfg)  # bad data fail before the run directory is written
-    M.resolve_model_dir(cfg.model)
+    checkpoint.resolve_model_dir(cfg.model)
+    tokenizer = checkpoint.load_tokenizer(cfg.model)
+    check_prompts_fit(pools, tokenizer, cfg)
     rows = start_run(cfg, out)
     device = cfg.device or M.default_device()
     torch.manual_seed(cfg.seed)
-    tokenizer = M.load_tokenizer(cfg.model)
     print(json.dumps(dataclasses.asdict(cfg)))
     print(f"rounds: {len(pools[0])} training problems ({cfg.dataset}), validation {len(pools[1])}, device {device}")
     if not rows:
-        save_policy(M.load_model(cfg.model, dtype=torch.float32, device=device), out / "round_0", tokenizer)
+        save_policy(checkpoint.load_model(cfg.model, dtype=torch.float32, device=device), out / "round_0", tokenizer)
         rows.append(finish_row(dict(round=0), 0, cfg, out, pools[1], tokenizer, device, rows, time.time()))
     for r in range(len(rows), cfg.rounds + 1):
         rows.append(run_round(r, cfg, out, pools[:2], tokenizer, device, rows))
@@ -648,11 +643,12 @@ def run(cfg):
         retire_test(out, f"round_{cfg.rounds}")
         _, sampler = load_policy(out / f"round_{cfg.rounds}", device)
         (_, fast), (_, slow) = evaluate_modes(sampler, tokenizer, test, cfg, out / "test", cfg.test_dataset)
-        E.write_json(out / "test.json", dict(round=cfg.rounds, **mode_fields("fast", fast),
+        runs.write_json(out / "test.json", dict(round=cfg.rounds, **mode_fields("fast", fast),
                                              **mode_fields("deliberate", slow)))
         print(f"test ({cfg.test_dataset}, round {cfg.rounds}): fast {fast['accuracy']:.3f}, "
               f"deliberate {slow['accuracy']:.3f}")
     print(f"done: {out}")
+    runs.release(out)
     return rows
 
 
@@ -667,9 +663,23 @@ def retire_test(out, last):
             os.replace(out / "test.json", out / tested / "test.json")
 
 
+def check_prompts_fit(pools, tokenizer, cfg):
+    """Every prompt and the larger budget fit the model's context (a 1 MB problem fails here, named, not after
+    round 0 is written)."""
+    context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)).max_position_embeddings
+    budget = max(cfg.max_new_tokens, cfg.slow_max_new_tokens)
+    for rows, name in zip(pools, (cfg.dataset, cfg.val_dataset or "validation", cfg.test_dataset)):
+        for p in rows:
+            n = len(tokenizer.encode(P.format_prompt(p["problem"], cfg.template)))
+            if n + budget > context:
+                raise ValueError(f"{name}: problem {p['id']!r} has a {n}-token prompt, which with a {budget}-token "
+                                 f"budget exceeds the model's {context}-token context; drop it or lower the budget")
+
+
 def main(argv=None):
     torch.set_num_threads(int(os.environ.get("ROUNDS_THREADS", "1")))
-    return run(cli.parse_config(RoundsConfig, argv, __doc__.split("\n\n")[0], defaults=flag_defaults))
+    return run(cli.parse_config(RoundsConfig, argv, __doc__.split("\n\n")[0], defaults=flag_defaults,
+                                prog="rounds.py"))
 
 
 if __name__ == "__main__":

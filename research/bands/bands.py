@@ -1,10 +1,10 @@
 """
 Bands: where a model's frontier sits on a problem pool, and the training pool built from it.
 
-    python bands.py --model M --dataset aime24 --dataset amc23 -k 8 --temperature 1.0 --out runs/bands/M
-    python bands.py compare runs/bands/A runs/bands/B      # 3x3 table of bands, problems matched by id, and the
-                                                           # band changes expected from sampling noise alone
-    python bands.py table -k 8                               # P(mixed) for a group of 8
+    python research/bands/bands.py --model M --dataset aime24 --dataset amc23 -k 8 --temperature 1.0 --out runs/bands/M
+    python research/bands/bands.py compare runs/bands/A runs/bands/B  # 3x3 table of bands, problems matched by id,
+                                                                      # and the changes sampling noise alone gives
+    python research/bands/bands.py table -k 8                         # P(mixed) for a group of 8
 
 Group-relative RL (GRPO, Dr. GRPO) learns only from groups whose rewards differ: when all G samples of a
 problem are wrong, or all right, every advantage in the group is zero. So this tool samples k completions
@@ -19,7 +19,7 @@ problems near the middle of the model's ability, not more exploration.
 
 Outputs in --out DIR, next to evaluate.py's settings.json, records.jsonl (all k samples) and summary.json:
     bands.jsonl          one row per problem: id, source, group, n_correct of k, band, completion length mean
-                         and std, finish reasons, distinct answers, dispersion (evaluate.embedding_dispersion:
+                         and std, finish reasons, distinct answers, dispersion (diversity.embedding_dispersion:
                          mean pairwise cosine distance of the k completions in the model's own embeddings)
     bands_summary.json   band counts and mean dispersion overall and per group, the mean dispersion per band,
                          the histogram of correct counts, the mixed count expected if all problems were equally
@@ -54,12 +54,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import cli
-import evaluate as E
-import model as M
-import problems as P
-import tiny
-from cli import arg
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
+import cli  # noqa: E402
+import evaluate as E  # noqa: E402
+import model as M  # noqa: E402
+import problems as P  # noqa: E402
+import runs  # noqa: E402
+import verify  # noqa: E402
+from cli import arg  # noqa: E402
 
 BANDS = ("all_zero", "mixed", "all_one")
 P_TABLE = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
@@ -121,7 +124,7 @@ def group_value(row, group_by):
 
 def band_rows(records, group_by="source"):
     """One row per problem from evaluate.py records of k samples each. The length std and the distinct
-    extracted answers (no answer counts as one) are defined as train_rl.group_diversity's per group."""
+    extracted answers (no answer counts as one) are defined as diversity.group_diversity's per group."""
     rows = []
     for r in records:
         samples = E.samples_of(r)
@@ -368,7 +371,7 @@ def format_bands(s, out_dir):
              "(equally hard: every problem at the pool's mean accuracy; real difficulty varies, which moves "
              "problems to the ends and makes fewer mixed)",
              "dispersion (mean pairwise cosine distance of a problem's k completions in the model's own embeddings, "
-             "evaluate.embedding_dispersion) per band: "
+             "diversity.embedding_dispersion) per band: "
              + ", ".join(f"{b} {number(s.get('dispersion_by_band', {}).get(b))}" for b in BANDS)]
     pools = ", ".join(f"{name} {n}" for name, n in s["pools"].items())
     out = Path(out_dir)
@@ -390,7 +393,7 @@ class BandsConfig:
     dataset: list[str] = arg(None, f"a data set ({', '.join(P.DATASETS)}) or a .jsonl path; repeat for a "
                                    f"pool of several", action="append", required=True)
     out: str = arg(None, "output directory (resumed when it holds a run of the same settings)", required=True)
-    model: str = arg(M.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
+    model: str = arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
     k: int = arg(8, "samples per problem (the group size G the bands are for)", aliases=("-k",))
     temperature: float = arg(1.0, "sampling temperature (> 0)")
     top_p: float = arg(1.0, "nucleus sampling mass")
@@ -405,28 +408,33 @@ class BandsConfig:
                                "row's place goes to a waiting problem); records are flushed after each call")
     dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                             choices=("float32", "bfloat16", "float16"))
-    device: str | None = arg(None, "cuda, cuda:1, cpu, ... (default cuda when available)")
-    grader: str = arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (tiny.check_steps)",
-                      choices=tiny.GRADERS)
+    device: str = arg("", "cuda, cuda:N or cpu ('': cuda when available)")
+    grader: str = arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (verify.check_steps)",
+                      choices=verify.GRADERS)
     dispersion: bool = arg(True, "each problem's dispersion: the mean pairwise cosine distance of its k completions "
-                                 "embedded by the model (evaluate.embedding_dispersion); one more forward each")
+                                 "embedded by the model (diversity.embedding_dispersion); one more forward each")
 
 
 # The tiny world (--model tiny, or a model trained from it): a budget that fits its context, bands per level,
 # a held-out split that a few dozen problems can give.
-TINY_DEFAULTS = dict(max_new_tokens=tiny.MAX_NEW_TOKENS, group_by="level", heldout_per_group=10)
+TINY_DEFAULTS = dict(max_new_tokens=64, group_by="level", heldout_per_group=10)
 # The tiny ladder (--dataset tiny_ladder_*): a budget that fits the top rung, its step-checking grader.
-LADDER_DEFAULTS = dict(max_new_tokens=tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
+LADDER_DEFAULTS = dict(max_new_tokens=128, group_by="level", grader="steps")
 
 
 def flag_defaults(first):
     """The tiny world's defaults with its model, the ladder's with its data sets; flags given still win."""
-    out = dict(TINY_DEFAULTS) if M.is_tiny_world(first.model) else {}
+    out = dict(TINY_DEFAULTS) if checkpoint.is_tiny_world(first.model) else {}
     out.update(LADDER_DEFAULTS if any(Path(d).stem.startswith("tiny_ladder") for d in first.dataset or ()) else {})
     return out
 
 
 def check_config(cfg):
+    """Refuse flag values that cannot run, naming the flag."""
+    cli.check_choices(cfg)
+    cli.check_device(cfg.device)
+    if not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {cfg.top_p}")
     if cfg.k < 2:
         raise ValueError(f"-k must be at least 2 (with one sample no problem can be mixed), got {cfg.k}")
     if cfg.temperature <= 0:
@@ -448,9 +456,11 @@ def run(cfg):
     except ValueError as e:
         raise ValueError(f"--dataset {' '.join(cfg.dataset)}: {e}") from None
     heldout, _ = heldout_split(problems, cfg.heldout_per_group, cfg.group_by, cfg.heldout_seed)
+    runs.check_out(cfg.out, "bands", resume=True)
     device = cfg.device or M.default_device()
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else M.default_dtype(device)
-    net, tokenizer = M.load_model(cfg.model, dtype=dtype, device=device), M.load_tokenizer(cfg.model)
+    net, tokenizer = checkpoint.load_model(cfg.model, dtype=dtype, device=device), checkpoint.load_tokenizer(cfg.model)
+    runs.claim(cfg.out, "bands", resume=True)  # held until this process ends
     t0 = time.time()
     records, evaluation = E.evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                                      cfg.k, cfg.temperature, cfg.top_p, cfg.seed, cfg.out, progress=True,
@@ -465,7 +475,8 @@ def run(cfg):
                    heldout_per_group=cfg.heldout_per_group, wall_time_s=time.time() - t0,
                    completion_tokens_total=evaluation["completion_tokens_total"],
                    settings=dict(evaluation["settings"], datasets=cfg.dataset, heldout_seed=cfg.heldout_seed))
-    E.write_json(Path(cfg.out) / "bands_summary.json", summary)
+    runs.write_json(Path(cfg.out) / "bands_summary.json", summary)
+    runs.release(cfg.out)
     return summary
 
 

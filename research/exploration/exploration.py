@@ -3,12 +3,12 @@ Better objectives and exploration on the tiny ladder, against plain Dr. GRPO at 
 reward controls: the pass-rate curriculum, replay of rare successes, W-REINFORCE, the pass@k advantage
 (train_rl.py flags, curriculum.py), and the random and format rewards.
 
-    python benchmarks/exploration.py run              # every method x seeds 0-2 (one JSON per run, resumable)
-    python benchmarks/exploration.py run --methods baseline,replay --seeds 0   # a subset (e.g. a second process)
-    python benchmarks/exploration.py table            # the README table from the JSONs written so far
-    python benchmarks/exploration.py run --quick      # small shapes: a smoke test, not a measurement
-    python benchmarks/exploration.py validate         # write final_eval/ into runs kept from before, checked
-    python report.py runs/exploration/*/final_eval --by objective,select,replay_fraction,reward  # with intervals
+    python research/exploration/exploration.py run              # every method x seeds 0-2 (one JSON per run, resumable)
+    python research/exploration/exploration.py run --methods baseline,replay --seeds 0   # a subset (e.g. a second process)
+    python research/exploration/exploration.py table            # the README table from the JSONs written so far
+    python research/exploration/exploration.py run --quick      # small shapes: a smoke test, not a measurement
+    python research/exploration/exploration.py validate         # write final_eval/ into runs kept from before, checked
+    python research/report.py runs/exploration/*/final_eval --by objective,select,replay_fraction,reward  # with intervals
 
 Every run: `--model M --dataset tiny_ladder_train` with the ladder's defaults (16 problems x 8 samples a step,
 lr 1e-4, 128 new tokens, the step check as the reward), the same first --questions training problems (uniform
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
 import evaluate as E  # noqa: E402
-import model as M  # noqa: E402
 import problems as P  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
@@ -77,7 +77,7 @@ def run_one(method, seed, args, out):
 def validate(run_dir, args):
     """Greedy per-rung accuracy and per-rung pass@8 of run_dir/final; the evaluations' records and summaries go
     to run_dir/final_eval and run_dir/final_eval_pass8 (evaluate.py's layout), which report.py reads."""
-    net, tok = M.load_model(run_dir / "final", device="cpu"), M.load_tokenizer(run_dir / "final")
+    net, tok = checkpoint.load_model(run_dir / "final", device="cpu"), checkpoint.load_tokenizer(run_dir / "final")
     val = P.load_problems("tiny_ladder_val", args.val)
     kw = dict(group_by="level", grader="steps", dataset="tiny_ladder_val")
     _, greedy = E.evaluate(net, tok, val, tiny.LADDER_MAX_NEW_TOKENS, out_dir=run_dir / "final_eval", **kw)

@@ -3,9 +3,9 @@ Looped depth on the tiny ladder: the committed checkpoint trained with the same 
 with its middle layers [1, 3) looped 2 and 3 times (`--loop 1:3:N`, model.py), at equal parameters (the same
 steps) and at equal FLOPs (the plain model given the looped runs' FLOPs as extra steps).
 
-    python benchmarks/loop_depth.py            # seeds 0-2, 16 steps x 8 problems x G = 8 (15-19 min on one core)
-    python benchmarks/loop_depth.py --quick    # seed 0, 2 steps, 10 validation problems (a smoke test)
-    python benchmarks/loop_depth.py --loop-lr 3e-2 --steps 24   # any other flag goes to every train_rl run
+    python research/looped/loop_depth.py            # seeds 0-2, 16 steps x 8 problems x G = 8 (15-19 min on one core)
+    python research/looped/loop_depth.py --quick    # seed 0, 2 steps, 10 validation problems (a smoke test)
+    python research/looped/loop_depth.py --loop-lr 3e-2 --steps 24   # any other flag goes to every train_rl run
 
 Every run is train_rl.py in-process with the ladder's defaults (`--model tiny --dataset tiny_ladder_train`:
 Dr. GRPO, lr 1e-4, 128 new tokens, the step-checking grader), validated greedily on the first --per-rung x 5
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import bands as B  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
 import evaluate as E  # noqa: E402
-import model as M  # noqa: E402
 import problems as P  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
+from research.bands import bands as B  # noqa: E402
 
 
 def run(seed, steps, loop, out, args, flags=()):
@@ -63,7 +63,7 @@ def at_step(rows, step):
 
 def start_accuracy(val):
     """{rung: greedy step-valid accuracy} and the mean of the committed checkpoint on the validation problems."""
-    _, summary = E.evaluate(M.load_model("tiny", device="cpu"), M.load_tokenizer("tiny"), P.load_problems(val),
+    _, summary = E.evaluate(checkpoint.load_model("tiny", device="cpu"), checkpoint.load_tokenizer("tiny"), P.load_problems(val),
                             tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
     return summary["accuracy"], {k: v["accuracy"] for k, v in summary["per_group"].items()}
 
@@ -138,7 +138,7 @@ def main():
         step = round(S * (1 + (n - 1) / 2))
         if step <= 2 * S and step % args.eval_every == 0:
             results.append((f"plain, FLOPs of `1:3:{n}`", 4, [at_step(r, step) for r in plain]))
-    command = "python benchmarks/loop_depth.py " + " ".join(sys.argv[1:])
+    command = "python research/looped/loop_depth.py " + " ".join(sys.argv[1:])
     print_table(results, start, args, command.strip())
     print(f"\n{time.time() - t0:.0f} s in all")
     (out / "loop_depth.json").write_text(json.dumps(dict(command=command, start=start, args={

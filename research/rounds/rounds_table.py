@@ -1,13 +1,13 @@
-"""The per-round table of one or more rounds.py runs (docs/rounds.md), from their rounds.jsonl alone; and the
+"""The per-round table of one or more rounds.py runs (research/rounds/README.md), from their rounds.jsonl alone; and the
 ordinary RLVR baseline beside them at equal FLOPs.
 
-    python benchmarks/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
-    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
-    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --mean   # each round's mean over the seeds
-    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
-    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --temperature 0.5 --mean   # over the seeds
-    python benchmarks/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
-    python benchmarks/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
+    python research/rounds/rounds_table.py runs/rounds/ladder-decompose-s0 runs/rounds/ladder-s0
+    python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --baseline runs/rounds/baseline-eqflops-s?
+    python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --mean   # each round's mean over the seeds
+    python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
+    python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --temperature 0.5 --mean   # over the seeds
+    python research/rounds/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
+    python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -30,7 +30,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
 
 # the rounds run's settings that define its evaluation; the baseline's checkpoints are evaluated with the same
 EVAL_FLAGS = ("dataset", "val_dataset", "val_limit", "template", "grader", "eval_group_by", "samples", "temperature",
@@ -84,7 +84,7 @@ def checkpoint_at(run_dir, flops):
 def evaluate_with(model, out, rounds_config, **override):
     """Row 0 of `rounds.py --rounds 0` on `model`: the rounds run's own evaluation of both modes (flags in
     `override` replaced), cached in `out`."""
-    import rounds as R
+    from research.rounds import rounds as R
     settings = {**{k: rounds_config[k] for k in EVAL_FLAGS}, **override}
     if not (Path(out) / "rounds.jsonl").exists():
         flags = [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", str(v))]
@@ -110,8 +110,8 @@ def evaluate_checkpoint(run_dir, step, rounds_config):
 
 
 def mean_ci(values):
-    import report
-    mean, ci = report.t_interval(values)
+    import stats
+    mean, ci = stats.t_interval(values)
     return f"{mean:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 

@@ -5,21 +5,21 @@ For the Qwen3-0.6B shape with random bf16 weights on the CPU (2 threads): prompt
 tokens, batch 1, 8 and 32; new tokens/s for both, the ratio, and our batch-1 decode as a fraction of the
 memory-bandwidth limit (weight bytes read per step against a measured copy bandwidth).
 
-    python benchmarks/bench_sample.py            # the full figure set (a few minutes)
-    python benchmarks/bench_sample.py --temperature 1   # the same, both samplers drawing from the softmax
-    python benchmarks/bench_sample.py --temperature 1 --layers 6 --batches 32   # 6 layers: sampling weighs more
-    python benchmarks/bench_sample.py --quick    # a small shape, seconds
-    python benchmarks/bench_sample.py --kernels  # the CPU products model.Linear picks between: one bf16 row
+    python research/sampler/bench_sample.py            # the full figure set (a few minutes)
+    python research/sampler/bench_sample.py --temperature 1   # the same, both samplers drawing from the softmax
+    python research/sampler/bench_sample.py --temperature 1 --layers 6 --batches 32   # 6 layers: sampling weighs more
+    python research/sampler/bench_sample.py --quick    # a small shape, seconds
+    python research/sampler/bench_sample.py --kernels  # the CPU products model.Linear picks between: one bf16 row
                                              # (torch.mv or F.linear), 8-48 fp32 rows (W @ x.T or F.linear)
-    python benchmarks/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
-    python benchmarks/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
-    python benchmarks/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
-    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 python benchmarks/bench_sample.py --sampling
+    python research/sampler/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
+    python research/sampler/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
+    python research/sampler/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
+    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 python research/sampler/bench_sample.py --sampling
                                              # the same with the memory kept, as a caching allocator does
-    python benchmarks/bench_sample.py --device cuda --throughput  # nano-vllm- and RL-shaped workloads, roof
-    python benchmarks/bench_sample.py --profile --temperature 1 --batches 1 32 --new-tokens 16
+    python research/sampler/bench_sample.py --device cuda --throughput  # nano-vllm- and RL-shaped workloads, roof
+    python research/sampler/bench_sample.py --profile --temperature 1 --batches 1 32 --new-tokens 16
                                              # a decode step op by op, ours against transformers
-    python benchmarks/bench_sample.py --memory   # a large tiny-world generate: peak memory, before and now
+    python research/sampler/bench_sample.py --memory   # a large tiny-world generate: peak memory, before and now
 
 --ragged is an evaluation-shaped workload: 256 prompts whose outputs stop at lengths drawn from a long tail
 (log-normal, median an eighth of the budget) with 10% of the rows running to the budget, through 6 layers of
@@ -41,7 +41,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
 import model as M  # noqa: E402
 import sample as S  # noqa: E402
 from sample import (MASK32, block_sums, generate, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
@@ -323,7 +324,7 @@ def memory(args):
 def memory_arm(args):
     """One --memory run in this process; prints its figures as a JSON line."""
     import problems as P
-    model, tokenizer = M.load_model("tiny"), M.load_tokenizer("tiny")
+    model, tokenizer = checkpoint.load_model("tiny"), checkpoint.load_tokenizer("tiny")
     if args.memory_arm == "before":
         S.PREFILL_TOKENS = 2**62  # one forward for every row
         M.KVCache.compact = M.KVCache.select  # the same rows, copied into a new cache

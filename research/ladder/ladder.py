@@ -2,21 +2,21 @@
 The tiny world's ladder (tiny.py, data/tiny_ladder_*.jsonl): rungs of 2-6 operations graded by the step
 check, and the three questions a method climbing it needs answered, one command each.
 
-    python benchmarks/ladder.py reach                # guess rate and step-valid pass@16 / pass@64 per rung
-    python benchmarks/ladder.py capacity             # SFT on the ladder's own worked solutions: an upper bound
-    python benchmarks/ladder.py baseline             # Dr. GRPO from the ladder's checkpoint, 3 seeds, 2 controls
+    python research/ladder/ladder.py reach                # guess rate and step-valid pass@16 / pass@64 per rung
+    python research/ladder/ladder.py capacity             # SFT on the ladder's own worked solutions: an upper bound
+    python research/ladder/ladder.py baseline             # Dr. GRPO from the ladder's checkpoint, 3 seeds, 2 controls
                                                      # (96 steps; 192; 96 on twice the questions)
-    python benchmarks/ladder.py baseline --seeds 1   # one seed (run seeds side by side; finished runs are kept)
-    python benchmarks/ladder.py baseline --no-controls --replay-fraction 0.25 --out runs/ladder/replay
+    python research/ladder/ladder.py baseline --seeds 1   # one seed (run seeds side by side; finished runs are kept)
+    python research/ladder/ladder.py baseline --no-controls --replay-fraction 0.25 --out runs/ladder/replay
                                                      # a method at the base arm's budget (train_rl.py flags)
-    python benchmarks/ladder.py baseline --quick     # any part with --quick: small shapes, a smoke test
+    python research/ladder/ladder.py baseline --quick     # any part with --quick: small shapes, a smoke test
 
 Every part starts from --model, by default `tiny-ladder` (tiny_ladder_model/: the committed checkpoint
 continued with a share of complete 4-6-operation solutions, tiny.py's docstring); `--model tiny` measures the
 committed checkpoint itself.
 
 `reach` samples k completions per problem of tiny_ladder_val at temperature 1 and grades each twice: by the
-answer alone (verify.grade, what a guess can earn) and by the ladder's step check (tiny.check_steps, the
+answer alone (verify.grade, what a guess can earn) and by the ladder's step check (verify.check_steps, the
 reward). `baseline` runs train_rl.py in-process with the ladder's defaults (`--dataset tiny_ladder_train`);
 its controls train twice as long, or on twice as many distinct questions. A run whose final/ exists is read,
 not run again, so seeds may run in separate processes and a last call with all of them writes the tables.
@@ -36,14 +36,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import bands as B  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
 import evaluate as E  # noqa: E402
-import model as M  # noqa: E402
 import problems as P  # noqa: E402
+import stats  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
 import verify  # noqa: E402
+from research.bands import bands as B  # noqa: E402
 
 LINE = re.compile(r"(\d+) ([+*-]) (\d+) = (\d+)")
 
@@ -57,7 +58,7 @@ def first_error(response, problem):
     early), 'carry' (not the previous result), 'operand' (wrong operator or number copied from the problem),
     'arithmetic' (right operands, wrong result), 'malformed', 'short' (no more lines), or 'tail' (the lines
     are right; the box or what follows is not)."""
-    lines, _ = tiny.chain(problem)
+    lines, _ = verify.chain(problem)
     got = [line.strip() for line in response.strip().splitlines() if line.strip()]
     for i, want in enumerate(lines):
         if i >= len(got):
@@ -91,7 +92,7 @@ def rung_table(records, rows, k):
             problems=len(mine), samples=n, step_valid=sum(steps) / n, answer_right=sum(answer) / n,
             bare=sum(bare) / n, bare_right=sum(a and b for a, b in zip(answer, bare)) / n,
             lucky=sum(a and not s for a, s in zip(answer, steps)) / n,
-            pass16=sum(E.pass_at_k(len(r["samples"]), r["n_correct"], 16) for r, _ in mine) / len(mine),
+            pass16=sum(stats.pass_at_k(len(r["samples"]), r["n_correct"], 16) for r, _ in mine) / len(mine),
             pass_k=sum(r["n_correct"] > 0 for r, _ in mine) / len(mine), k=k,
             first_errors=[f"line {i + 1} {kind}: {c / max(1, n - sum(steps)):.2f}" for (i, kind), c in
                           errors.most_common(4)])
@@ -101,7 +102,7 @@ def rung_table(records, rows, k):
 def reach(model_path, rows, k, budget, out_dir, batch_size=16):
     """rung_table of model_path on rows, and the seconds it took; the samples are kept in out_dir (evaluate's
     records, resumed on a rerun)."""
-    net, tokenizer = M.load_model(model_path, device="cpu"), M.load_tokenizer(model_path)
+    net, tokenizer = checkpoint.load_model(model_path, device="cpu"), checkpoint.load_tokenizer(model_path)
     t0 = time.time()
     records, _ = E.evaluate(net, tokenizer, rows, budget, batch_size, samples=k, temperature=1.0, out_dir=out_dir,
                             grader="steps")
@@ -128,7 +129,7 @@ def print_reach(table, title):
 def capacity(model_path, steps, lr, batch_size, n_test, log=print):
     """Greedy step-valid accuracy per rung on tiny_ladder_test after SFT of model_path on tiny_ladder_train's
     `solution` field (tiny.pretrain with no bare answers); (per-rung table, seconds)."""
-    net, tokenizer = M.load_model(model_path, device="cpu"), M.load_tokenizer(model_path)
+    net, tokenizer = checkpoint.load_model(model_path, device="cpu"), checkpoint.load_tokenizer(model_path)
     cfg = tiny.TinyConfig(steps=steps, batch_size=batch_size, lr=lr, warmup=min(20, steps), bare_2=0.0, bare_3=0.0)
     t0 = time.time()
     tiny.pretrain(net, tokenizer, P.load_problems("tiny_ladder_train"), cfg, log=log)
@@ -174,7 +175,7 @@ def curve(rows, last_step=None):
 
 def start_accuracy(model_path, dataset):
     """{rung: greedy step-valid accuracy} of the starting checkpoint on the validation set: the curves' step 0."""
-    _, summary = E.evaluate(M.load_model(model_path, device="cpu"), M.load_tokenizer(model_path), P.load_problems(dataset),
+    _, summary = E.evaluate(checkpoint.load_model(model_path, device="cpu"), checkpoint.load_tokenizer(model_path), P.load_problems(dataset),
                             tiny.LADDER_MAX_NEW_TOKENS, group_by="level", grader="steps")
     return {k: v["accuracy"] for k, v in summary["per_group"].items()}
 

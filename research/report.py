@@ -2,8 +2,8 @@
 One report for any set of runs: a markdown table per question, with 95% intervals, seeds and compute, and
 PNG plots beside it.
 
-    python report.py runs/rep/* --out runs/rep/report          # train_rl.py, evaluate.py, bands.py dirs
-    python report.py runs/a runs/b --by objective,lr            # describe runs by these settings
+    python research/report.py runs/rep/* --out runs/rep/report          # train_rl.py, evaluate.py, bands.py dirs
+    python research/report.py runs/a runs/b --by objective,lr            # describe runs by these settings
 
 Every number comes from the files a run directory holds, read by one small function per kind of directory
 (READERS): a train_rl.py run (config.json, metrics.jsonl, final/), an evaluate.py output (settings.json,
@@ -11,7 +11,7 @@ records.jsonl, summary.json), a bands.py output (bands.jsonl, bands_summary.json
 (rounds.jsonl). Each becomes a Run: its settings, seed, status and the evaluations it holds as counts.
 
 - Runs: what each run is (the settings that differ between the runs given, or --by), seed, steps, final
-  validation and test accuracy with 95% Wilson intervals (evaluate.wilson), compute and code version.
+  validation and test accuracy with 95% Wilson intervals (stats.wilson), compute and code version.
   train_rl.py logs accuracies as fractions only, so n is the size of the validation / test set rebuilt from
   the saved config (train_rl.load_pools) and the correct count is fraction x n.
 - Across seeds: runs that differ only by seed, with mean, min-max and a Student t interval over the seeds.
@@ -34,11 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-import bands as B
-import cli
-import evaluate as E
-import problems as P
-from cli import arg
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: the core, and research.*
+import cli  # noqa: E402
+import evaluate as E  # noqa: E402
+import problems as P  # noqa: E402
+import stats  # noqa: E402
+from cli import arg  # noqa: E402
+from runs import write_json  # noqa: E402
+from research.bands import bands as B  # noqa: E402
 
 
 @dataclass
@@ -335,22 +338,6 @@ def seed_groups(runs, keys):
     return groups
 
 
-# Two-sided 97.5% quantiles of Student's t by degrees of freedom (any statistics table); beyond 30, 1.96.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
-
-
-def t_interval(values):
-    """Mean and its 95% Student t interval over seeds (a seed is one draw of the whole run); None for one seed.
-    Between table entries the next smaller degrees of freedom is used (a wider interval)."""
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return float(x.mean()), None
-    t = T975[max(d for d in T975 if d <= len(x) - 1)] if len(x) - 1 <= 30 else 1.96
-    half = t * x.std(ddof=1) / math.sqrt(len(x))
-    return float(x.mean()), (float(x.mean() - half), float(x.mean() + half))
-
-
 # -----------------------------------------------------------------------------
 # Tables
 
@@ -364,7 +351,7 @@ def with_ci(e):
         return "-"
     if e.n is None:
         return f"{pct(e.accuracy)} (n unknown)"
-    lo, hi = E.wilson(e.correct, e.n)
+    lo, hi = stats.wilson(e.correct, e.n)
     return f"{pct(e.accuracy)} [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
@@ -447,7 +434,7 @@ def seeds_table(runs, keys):
             shared = set.intersection(*(set(e.per_group) for e in evals))  # groups every seed was evaluated on
             for group in ["all", *sorted(shared)]:
                 accs = [e.accuracy if group == "all" else e.per_group[group][2] for e in evals]
-                mean, ci = t_interval(accs)
+                mean, ci = stats.t_interval(accs)
                 rows.append([what, label if group == "all" else f"{label} {group}", len(done),
                              " / ".join(str(r.seed) for r in done), " / ".join(pct(a) for a in accs), pct(mean),
                              f"{pct(min(accs))} - {pct(max(accs))}",
@@ -522,7 +509,7 @@ def report_markdown(runs, keys, plots):
     notes = sorted({r.compute.get("note") for r in runs if r.compute.get("note")})
     parts = [f"# Report on {len(runs)} run(s)", "",
              f"Described by: {', '.join(keys) or '(the runs differ only by seed)'}. Accuracy intervals are 95% Wilson "
-             f"intervals (evaluate.wilson). For train_rl.py runs, n is the size of the validation / test set rebuilt "
+             f"intervals (stats.wilson). For train_rl.py runs, n is the size of the validation / test set rebuilt "
              f"from config.json (train_rl.load_pools) and correct = logged fraction x n; FLOPs are the run's "
              f"sampling + training FLOPs (evaluation not counted) and wall s sums its sampling, verifying and "
              f"training seconds. For evaluate.py runs everything is recomputed from records.jsonl except FLOPs and "
@@ -732,7 +719,7 @@ def report(run_dirs, out, by=(), dpi=100, plots=True):
     plots = write_plots(runs, keys, out, dpi) if plots else []
     text = report_markdown(runs, keys, plots)
     (out / "report.md").write_text(text)
-    E.write_json(out / "report.json", [dict(path=str(r.path), kind=r.kind, seed=r.seed, status=r.status,
+    write_json(out / "report.json", [dict(path=str(r.path), kind=r.kind, seed=r.seed, status=r.status,
                                             steps=r.steps, what=describe(r, keys), compute=r.compute,
                                             evals=[dict(split=e.split, step=e.step, n=e.n, correct=e.correct,
                                                         accuracy=e.accuracy, per_group=e.per_group)

@@ -1,0 +1,363 @@
+"""
+Checkpoint I/O: Hugging Face checkpoints (config.json + safetensors, never pickle), the hub download, and the
+tokenizer. A `--model` is a local directory, a tiny-world name (`tiny`, `tiny-ladder`) or a Hugging Face repo id
+(the local cache first, then a download over HTTPS with the standard library).
+
+    model = load_model("Qwen/Qwen3-0.6B-Base", dtype=torch.bfloat16, device="cuda")
+    tokenizer = load_tokenizer("Qwen/Qwen3-0.6B-Base")
+    save_model(model, "runs/x/final", tokenizer)   # loadable by transformers and vLLM
+
+A looped checkpoint (looped.py) says model_type "looped_qwen3" in config.json and keeps the loop's tensors in
+loop.safetensors beside model.safetensors; load_model builds it as a looped.LoopedQwen3.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+import looped
+from model import Qwen3, Qwen3Config, default_device, default_dtype
+
+REPO_DIR = Path(__file__).resolve().parent
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B-Base"
+TINY_MODEL_DIR = REPO_DIR / "tiny_model"  # the embedded tiny world's checkpoint (`--model tiny`)
+# The tiny world's named checkpoints: `tiny`, and `tiny-ladder`, the ladder's start (tiny.py's docstring builds both)
+TINY_MODELS = {"tiny": TINY_MODEL_DIR, "tiny-ladder": REPO_DIR / "tiny_ladder_model"}
+QWEN3_TOKENIZER = REPO_DIR / "data" / "qwen3-tokenizer" / "tokenizer.json"
+
+# -----------------------------------------------------------------------------
+# Tokenizer
+
+
+class Tokenizer:
+    """A thin wrapper on `tokenizers.Tokenizer` with the special ids the rest of the repo needs."""
+
+    def __init__(self, path):
+        from tokenizers import Tokenizer as HFTokenizer
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: tokenizer.json not found")
+        try:
+            self.tok = HFTokenizer.from_file(str(path))
+        except Exception as e:
+            raise ValueError(f"{path}: not a valid tokenizer.json ({e})") from None
+        self.path = path
+        self.eos_id = self.tok.token_to_id("<|endoftext|>")
+        self.im_start_id = self.tok.token_to_id("<|im_start|>")
+        self.im_end_id = self.tok.token_to_id("<|im_end|>")
+        self.pad_id = self.eos_id if self.eos_id is not None else 0
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    @property
+    def vocab_size(self):
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def stop_token_ids(self, chat=False):
+        """Ids that end a completion: `<|endoftext|>` for a base model, plus `<|im_end|>` for a chat model."""
+        ids = [self.eos_id] + ([self.im_end_id] if chat else [])
+        return [i for i in ids if i is not None]
+
+
+# -----------------------------------------------------------------------------
+# Finding a checkpoint: a local directory, `tiny`, or a Hugging Face repo id (cache, then download)
+
+
+def hf_cache_dir():
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+
+
+def cached_snapshot(repo_id, revision):
+    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    ref = repo_dir / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snap = repo_dir / "snapshots" / commit
+    return snap if (snap / "config.json").is_file() else None
+
+
+def download(url, dest):
+    """Stream url to dest through a temporary name, so an interrupted download never looks complete."""
+    headers = {"User-Agent": "rlvr-math/1.0"}
+    if os.environ.get("HF_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".incomplete")
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+        total, done, last = int(r.headers.get("Content-Length") or 0), 0, 0
+        with open(tmp, "wb") as f:
+            while chunk := r.read(1 << 20):
+                f.write(chunk)
+                done += len(chunk)
+                if total > 50 << 20 and done - last > total // 20:
+                    print(f"\r  {dest.name}: {done / 2**20:.0f}/{total / 2**20:.0f} MB", end="", file=sys.stderr)
+                    last = done
+        commit = r.headers.get("X-Repo-Commit")
+    if total and done != total:
+        tmp.unlink()
+        raise OSError(f"{url}: download truncated ({done} of {total} bytes)")
+    os.replace(tmp, dest)
+    if total > 50 << 20:
+        print(file=sys.stderr)
+    return commit
+
+
+def download_model(repo_id, revision="main"):
+    """Fetch config, tokenizer and safetensors of a Hugging Face repo into the standard cache layout."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/{repo_id}/resolve/{revision}/"
+    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    staging = repo_dir / "snapshots" / f".{revision}.partial"
+    commit = download(url + "config.json", staging / "config.json") or revision
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        try:
+            download(url + name, staging / name)
+        except urllib.error.HTTPError:
+            pass  # optional files
+    try:
+        download(url + "model.safetensors.index.json", staging / "model.safetensors.index.json")
+        index = json.loads((staging / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index["weight_map"].values()))
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+        shards = ["model.safetensors"]
+    for name in shards:
+        if not (staging / name).is_file():
+            download(url + name, staging / name)
+    snap = repo_dir / "snapshots" / commit
+    if snap.exists():
+        shutil.rmtree(snap)
+    os.replace(staging, snap)
+    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+    (repo_dir / "refs" / revision).write_text(commit)
+    return snap
+
+
+def is_tiny_world(name_or_path):
+    """`tiny`, `tiny-ladder`, or a local checkpoint with the tiny world's tokenizer (one trained from it, e.g. a
+    run's final/): such a model gets the tiny world's flag defaults (budget, data sets) in every script."""
+    if str(name_or_path) in TINY_MODELS:
+        return True
+    mine = Path(name_or_path) / "tokenizer.json"
+    if not mine.is_file() or mine.stat().st_size > 1 << 20:  # the tiny world's is ~1 KB; Qwen3's is 11 MB
+        return False
+    try:
+        return json.loads(mine.read_text())["model"] == json.loads((TINY_MODEL_DIR / "tokenizer.json").read_text())["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def resolve_model_dir(name_or_path, revision="main"):
+    """A local directory, a tiny-world name (TINY_MODELS), or a Hugging Face repo id (the local cache first, then
+    a download)."""
+    if str(name_or_path) in TINY_MODELS:
+        local = TINY_MODELS[str(name_or_path)]
+        if not (local / "config.json").is_file():
+            raise FileNotFoundError(f"{local}: the {name_or_path} model is missing; rebuild it with the command "
+                                    f"in tiny.py's docstring")
+        return local
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    name = str(name_or_path)
+    if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix in (".json", ".safetensors", ".bin"):
+        raise FileNotFoundError(f"{name}: no such model directory (a run's final/ appears when train_rl.py "
+                                f"finishes), and not a Hugging Face repo id like {DEFAULT_MODEL!r}")
+    snap = cached_snapshot(name, revision)
+    if snap is not None:
+        return snap
+    how = (f"Download it on a machine with internet (e.g. `python -c \"import checkpoint; "
+           f"checkpoint.download_model('{name}')\"`, or `huggingface-cli download {name}`) and copy "
+           f"{hf_cache_dir() / ('models--' + name.replace('/', '--'))} here, set HF_HOME to where it is, "
+           f"or pass a local directory holding config.json and model.safetensors.")
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()} and HF_HUB_OFFLINE=1. {how}")
+    print(f"downloading {name} into {hf_cache_dir()} ...", file=sys.stderr)
+    try:
+        return download_model(name, revision)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()}, and downloading "
+                                f"it failed ({e}). {how}") from None
+
+
+# -----------------------------------------------------------------------------
+# Loading and saving checkpoints (safetensors only; never pickle)
+
+
+def read_safetensors(model_dir, files=None):
+    """All tensors of a single-file or sharded checkpoint (or of `files` in it): {name: (tensor, its file)}."""
+    from safetensors import safe_open
+    index = model_dir / "model.safetensors.index.json"
+    if files is None and index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{index}: not a valid safetensors index ({e})") from None
+    elif files is None and (model_dir / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    elif files is None:
+        raise FileNotFoundError(f"{model_dir}: no model.safetensors or model.safetensors.index.json "
+                                f"(pickled .bin checkpoints are not loaded, by design)")
+    tensors = {}
+    for name in files:
+        path = model_dir / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: shard listed in {index.name} is missing")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for key in f.keys():
+                    tensors[key] = (f.get_tensor(key), path)
+        except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+            raise ValueError(f"{path}: corrupt or truncated safetensors file ({e})") from None
+    return tensors
+
+
+
+def read_config(model_dir):
+    """The Qwen3Config of a checkpoint directory: a plain one, or a looped.LoopedQwen3Config when config.json says
+    model_type "looped_qwen3"."""
+    path = Path(model_dir) / "config.json"
+    try:
+        d = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        d = None  # Qwen3Config.from_json names what is wrong with it
+    if isinstance(d, dict) and d.get("model_type") == looped.LoopedQwen3Config.MODEL_TYPE:
+        return looped.LoopedQwen3Config.from_json(path)
+    if isinstance(d, dict) and (d.get("loop_count") or 1) != 1:
+        raise ValueError(f"{path}: loop_count={d['loop_count']} in a plain Qwen3 config.json (a looped "
+                         f"checkpoint says model_type {looped.LoopedQwen3Config.MODEL_TYPE!r})")
+    return Qwen3Config.from_json(path)
+
+
+def empty_model(config):
+    """A Qwen3 of this config on the meta device (no memory): a plain one, or a looped one for a looped config."""
+    with torch.device("meta"):
+        return looped.LoopedQwen3(config) if isinstance(config, looped.LoopedQwen3Config) else Qwen3(config)
+
+
+def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
+    """A Qwen3 (or a looped one) from a local directory, a tiny-world name (`tiny`, `tiny-ladder`), or a Hugging
+    Face repo id."""
+    model_dir = resolve_model_dir(name_or_path)
+    config = read_config(model_dir)
+    device = device or default_device()
+    dtype = dtype or default_dtype(device)
+    is_looped = isinstance(config, looped.LoopedQwen3Config)
+    model = empty_model(config)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    tensors = read_safetensors(model_dir)
+    loop_file = model_dir / looped.LOOP_FILE
+    if is_looped and not loop_file.is_file():
+        raise FileNotFoundError(f"{loop_file}: missing; config.json says this is a looped checkpoint "
+                                f"(--loop {looped.loop_spec(config)}), whose gates and embeddings live there")
+    if not is_looped and loop_file.is_file():
+        raise ValueError(f"{loop_file}: a looped checkpoint's tensors beside a plain Qwen3 config.json; "
+                         f"refusing to guess which model this is")
+    if loop_file.is_file():
+        tensors.update(read_safetensors(model_dir, [looped.LOOP_FILE]))
+    state = {}
+    for key, (t, path) in tensors.items():
+        if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and config.tie_word_embeddings):
+            continue  # recomputed / tied to the embedding
+        if key not in expected:
+            raise ValueError(f"{path}: unexpected tensor {key!r} for a Qwen3 model")
+        if t.shape != expected[key]:
+            raise ValueError(f"{path}: tensor {key!r} has shape {tuple(t.shape)}, expected "
+                             f"{tuple(expected[key])} from config.json")
+        state[key] = t.to(device=device, dtype=dtype)
+    missing = [k for k in expected if k not in state and not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing:
+        raise ValueError(f"{model_dir}: checkpoint is missing tensor(s) {missing[:5]}"
+                         f"{' ...' if len(missing) > 5 else ''}")
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.name_or_path = str(name_or_path)
+    return model.eval()
+
+
+def save_model(model, path, tokenizer=None):
+    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename). A looped
+    model adds loop.safetensors (its gates, embeddings and adapters) and says model_type "looped_qwen3" in
+    config.json, so transformers refuses it rather than loading the shared weights as a plain model."""
+    from safetensors.torch import save_file
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)  # Hugging Face stores a tied head once, as the embedding
+        extra = {k: state.pop(k) for k in list(state) if k.startswith("loop.")}  # looped depth's own tensors
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if extra:
+            save_file(extra, str(tmp / looped.LOOP_FILE), metadata={"format": "pt"})
+        config = model.config.to_hf_dict()
+        config["torch_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+
+def export_plain(model, path, tokenizer=None):
+    """Write a looped model's shared weights (a model, or a looped checkpoint's path) as a plain Qwen3 checkpoint
+    that transformers and vLLM load. This drops the extra loops and their parameters: the export computes the
+    looped model's logits only while every gate is zero (at initialisation); after training it is another model.
+    Returns (path, the largest |gate| dropped) and says so on stderr."""
+    if not isinstance(model, nn.Module):
+        if tokenizer is None and (resolve_model_dir(model) / "tokenizer.json").is_file():
+            tokenizer = load_tokenizer(model)
+        model = load_model(model, dtype=torch.float32, device="cpu")
+    c = model.config
+    with torch.device("meta"):
+        plain = Qwen3(looped.plain_config(c))
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("loop.")}, assign=True)
+    if c.tie_word_embeddings:
+        plain.lm_head.weight = plain.model.embed_tokens.weight
+    loop = getattr(model, "loop", None)
+    gate = float(loop.gate.detach().abs().max()) if loop is not None else 0.0
+    if loop is not None:
+        print(f"export_plain: wrote the shared weights of a --loop {looped.loop_spec(c)} model as a plain Qwen3 to "
+              f"{path}; its extra loops are dropped (largest |gate| {gate:.3g}), so it computes the looped model's "
+              f"logits only if that is 0", file=sys.stderr)
+    return save_model(plain, path, tokenizer), gate
+
+def load_tokenizer(name_or_path=DEFAULT_MODEL):
+    """The checkpoint's own tokenizer.json when it has one, else the bundled Qwen3 tokenizer for Qwen ids."""
+    path = Path(name_or_path)
+    if path.suffix == ".json":
+        return Tokenizer(path)
+    local = TINY_MODELS.get(str(name_or_path), path)
+    if (local / "tokenizer.json").is_file():
+        return Tokenizer(local / "tokenizer.json")
+    if str(name_or_path).startswith("Qwen/"):
+        snap = cached_snapshot(str(name_or_path), "main")
+        if snap is not None and (snap / "tokenizer.json").is_file():
+            return Tokenizer(snap / "tokenizer.json")
+        return Tokenizer(QWEN3_TOKENIZER)  # all dense Qwen3 models share this vocabulary
+    raise FileNotFoundError(f"{name_or_path}: no tokenizer.json found")

@@ -1,0 +1,301 @@
+"""
+A run directory on disk: claiming it safely, its JSONL logs, and train_rl.py's checkpoints.
+
+    claim("runs/x", "train", resume=False)  # refuses a directory holding anything else, or a live run
+    append_jsonl("runs/x/metrics.jsonl", row)
+    save_checkpoint("runs/x/checkpoints/step_20", policy, optimizer, tokenizer, 20, cfg, selection)
+
+Every script that writes a run (train_rl.py, evaluate.py, research/rounds, research/bands) claims its --out
+first: a directory that holds a run of another kind, a model checkpoint or other files is refused, naming what
+is there, and a lock file held for the run's lifetime refuses a second process with its PID and start time (the
+lock is released when the process ends, however it ends). Writes are atomic (a temporary name, then rename),
+and a JSONL log's torn last line (a killed run or a full disk) is dropped on resume with a warning.
+
+A training checkpoint is the policy in Hugging Face layout (LoRA adapters merged; checkpoint.save_model) plus the
+trainer state: optimizer moments and adapters in trainer_state.safetensors, step and settings in
+trainer_state.json, and the data state (pass-rate table, replay buffer) in selection.json. Never pickle.
+"""
+
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import checkpoint
+import distributed as D
+import lora
+
+# -----------------------------------------------------------------------------
+# What a directory holds, and claiming one
+
+# The file that marks a run of each kind (a directory may hold its other files too).
+MARKERS = {"train": "metrics.jsonl", "rounds": "rounds.jsonl", "eval": "settings.json", "bands": "bands.jsonl"}
+LOCK = ".lock"
+HELD = {}  # run directory -> its open lock file: this process holds it until it ends (so a claim is re-entrant)
+
+
+def describe(path):
+    """What a directory holds, in words: a run of some kind, a model checkpoint, other files, or None if empty."""
+    path = Path(path)
+    names = sorted(p.name for p in path.iterdir() if p.name != LOCK) if path.is_dir() else []
+    if not names:
+        return None
+    config = read_json_object(path / "config.json") if "config.json" in names else {}
+    if "model_type" in config or "model.safetensors" in names:
+        return "a model checkpoint (config.json + model.safetensors)"
+    if "rounds" in config or MARKERS["rounds"] in names:
+        return "a rounds run (research/rounds/rounds.py)"
+    if "objective" in config or MARKERS["train"] in names:
+        return "a train_rl.py run"
+    if "bands_summary.json" in names or MARKERS["bands"] in names:
+        return "a bands run (research/bands/bands.py)"
+    if MARKERS["eval"] in names or "records.jsonl" in names:
+        return "an evaluate.py output"
+    return f"{len(names)} other file(s), e.g. {names[0]}"
+
+
+KIND_WORDS = {"train": "a train_rl.py run", "rounds": "a rounds run (research/rounds/rounds.py)",
+              "eval": "an evaluate.py output", "bands": "a bands run (research/bands/bands.py)"}
+
+
+def read_json_object(path):
+    """A JSON object from a file (UTF-8, a BOM allowed), or {} when the file is not one."""
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def check_out(path, kind, resume):
+    """Refuse --out when it holds anything but a run of this kind (and, without --resume for train and rounds, any
+    run at all): nothing is written. Returns whether it holds a run of this kind."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"--out {path}: is a file, not a directory; choose another --out")
+    what, ours = describe(path), KIND_WORDS[kind]
+    if what is None:
+        if resume and kind in ("train", "rounds"):
+            raise FileNotFoundError(f"--resume: {path} holds no run to resume; drop --resume to start one there")
+        return False
+    if what != ours and not (kind == "bands" and what == KIND_WORDS["eval"]):  # a bands run starts as an evaluation
+        raise FileExistsError(f"--out {path}: holds {what}, not {ours}; refusing to write into it. Choose another "
+                              f"--out (an empty or new directory)")
+    if not resume and kind in ("train", "rounds"):
+        raise FileExistsError(f"--out {path}: already holds {ours}; pass --resume to continue it or choose another "
+                              f"--out")
+    return True
+
+
+def claim(path, kind, resume=False):
+    """Make --out and hold its lock for this process's lifetime (check_out first). A second process claiming it
+    is refused with the first one's PID and start time; this process may claim it again (a resume in-process)."""
+    path = Path(path)
+    check_out(path, kind, resume)
+    if D.this_rank() != 0 or path.resolve() in HELD:
+        return
+    made = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    handle = open(path / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise FileExistsError(f"--out {path}: in use by {holder}; wait for it to finish, or choose another --out") \
+            from None
+    try:
+        check_out(path, kind, resume)  # again, now that no other process can write here
+    except (FileExistsError, FileNotFoundError):
+        handle.close()
+        if made:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"PID {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')}, {' '.join(sys.argv)[:200]})\n")
+    handle.flush()
+    HELD[path.resolve()] = handle
+
+
+def release(path):
+    """Let go of a directory this process claimed (at the end of its run)."""
+    handle = HELD.pop(Path(path).resolve(), None)
+    if handle is not None:
+        handle.close()
+
+
+def write_json(path, obj):
+    """Write JSON atomically: a reader never sees half a file."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def code_version():
+    """The git commit of this code, '-dirty' when it has uncommitted changes; 'unknown' outside git."""
+    try:
+        here = Path(__file__).resolve().parent
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True).stdout.strip()
+        return commit + ("-dirty" if dirty else "") if commit else "unknown"
+    except OSError:
+        return "unknown"
+
+
+# -----------------------------------------------------------------------------
+# JSONL logs: one object per line, appended
+
+
+def append_jsonl(path, obj):
+    """Append one line (rank 0 writes the run's files)."""
+    if D.this_rank() != 0:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(obj) + "\n")
+
+
+def read_log(path, repair=False):
+    """The rows of a JSONL log. A torn last line (no newline, or not JSON: a killed run or a full disk) is dropped
+    with a warning, and with repair cut from the file, to be rewritten by what comes next. Any other bad line is
+    an error naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    rows, good = [], 0
+    for i, line in enumerate(lines, 1):
+        last = i == len(lines) or (i == len(lines) - 1 and not lines[-1])
+        if not line.strip():
+            good += len(line) + 1
+            continue
+        try:
+            row = json.loads(line.decode("utf-8-sig" if i == 1 else "utf-8"))
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            if not last:
+                raise ValueError(f"{path}:{i}: not a JSON object ({e}); this log is damaged") from None
+            print(f"{path}:{i}: dropping a torn last line (an interrupted write); it is redone", file=sys.stderr)
+            if repair and D.this_rank() == 0:
+                os.truncate(path, good)
+            break
+        if i == len(lines) and data and not data.endswith(b"\n"):  # complete JSON, but the newline never came
+            if repair and D.this_rank() == 0:
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+        rows.append(row)
+        good += len(line) + 1
+    return rows
+
+
+def truncate_log(path, last_step):
+    """Keep the lines logged at or before last_step (the steps after it are redone on resume)."""
+    path = Path(path)
+    if path.exists() and D.this_rank() == 0:
+        keep = [row for row in read_log(path, repair=True) if row["step"] <= last_step]
+        path.write_text("".join(json.dumps(row) + "\n" for row in keep))
+
+
+def logged_totals(path, last_step):
+    """The running totals (generated tokens, training tokens, FLOPs) logged at last_step, so a resumed run
+    counts its compute from where the checkpoint was taken, not from zero."""
+    totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
+    for row in read_log(path):
+        if "generated_tokens" in row and row["step"] <= last_step:
+            totals = {k: row[k] for k in totals}
+    return totals
+
+
+# -----------------------------------------------------------------------------
+# Training checkpoints: checkpoints/step_N/ (the model, and what --resume needs), final/
+
+
+def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=None):
+    """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON) + the data
+    state (selection.json: pass-rate table, replay buffer), atomically. Every rank calls it (FSDP gathers
+    shards, a collective); rank 0 writes."""
+    from safetensors.torch import save_file
+    weights, opt_state = D.gathered_state(policy, optimizer) if D.is_sharded(policy) else (None, optimizer.state_dict())
+    if D.this_rank() != 0:
+        return
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        checkpoint.save_model(D.plain_model(policy, weights), tmp, tokenizer)
+        tensors = {f"state.{i}.{k}": v.contiguous().cpu() for i, s in opt_state["state"].items() for k, v in s.items()}
+        if D.has_lora(policy):
+            tensors.update({f"adapter.{k}": v.contiguous().cpu() for k, v in lora.adapter_state_dict(policy).items()})
+        save_file(tensors, str(tmp / "trainer_state.safetensors"))
+        meta = dict(step=step, param_groups=opt_state["param_groups"], config=dataclasses.asdict(cfg))
+        (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
+        if selection:
+            (tmp / "selection.json").write_text(json.dumps({k: v.state() for k, v in selection.items()}))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves no half checkpoint behind
+        raise
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def load_trainer_state(path, policy, optimizer):
+    """Restore optimizer moments and LoRA adapters; returns the step the checkpoint was taken after."""
+    from safetensors.torch import load_file
+    meta = json.loads((Path(path) / "trainer_state.json").read_text())
+    tensors = load_file(str(Path(path) / "trainer_state.safetensors"))
+    state = {}
+    for key, v in tensors.items():
+        if key.startswith("state."):
+            _, i, name = key.split(".", 2)
+            state.setdefault(int(i), {})[name] = v
+    adapters = {k[len("adapter."):]: v for k, v in tensors.items() if k.startswith("adapter.")}
+    if adapters:
+        policy.load_state_dict(adapters, strict=False)
+    if D.is_sharded(policy) and state:  # (with no state yet, there is nothing to shard)
+        D.load_sharded_optimizer_state(policy, optimizer, {"state": state, "param_groups": meta["param_groups"]})
+    else:
+        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    return meta["step"]
+
+
+def load_selection(path, selection):
+    """The data state saved with a checkpoint into the live selection objects (curriculum.py)."""
+    if selection:
+        for name, state in json.loads((Path(path) / "selection.json").read_text()).items():
+            selection[name].load(state)
+
+
+def checkpoint_steps(run_dir):
+    return sorted(int(p.name[5:]) for p in (Path(run_dir) / "checkpoints").glob("step_*") if p.name[5:].isdigit())
+
+
+def latest_checkpoint(run_dir):
+    steps = checkpoint_steps(run_dir)
+    return Path(run_dir) / "checkpoints" / f"step_{steps[-1]}" if steps else None
+
+
+def keep_last_checkpoints(run_dir, n):
+    """--keep-checkpoints N: delete all but the newest n periodic checkpoints (0 keeps all)."""
+    if n and D.this_rank() == 0:
+        for step in checkpoint_steps(run_dir)[:-n]:
+            shutil.rmtree(Path(run_dir) / "checkpoints" / f"step_{step}", ignore_errors=True)
+
+
+def write_final(run_dir, step):
+    """final/: the last checkpoint's model without its trainer state, what evaluate.py --model loads."""
+    if D.this_rank() != 0:
+        return
+    final, tmp = Path(run_dir) / "final", Path(run_dir) / ".final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(Path(run_dir) / "checkpoints" / f"step_{step}", tmp, ignore=shutil.ignore_patterns("trainer_state.*"))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
