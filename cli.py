@@ -21,9 +21,10 @@ from dataclasses import field, fields
 import torch
 
 
-def arg(default, help, group=None, **kw):
-    """A config field with its flag's help, its --help group, and any other argparse keyword (e.g. choices)."""
-    return field(default=default, metadata=dict(help=help, group=group, **kw))
+def arg(default, help, group=None, range=None, **kw):
+    """A config field with its flag's help, its --help group, the interval its value must lie in (`range`, e.g.
+    "[1, inf)", "(0, 1]"; checked by check_fields) and any other argparse keyword (e.g. choices)."""
+    return field(default=default, metadata=dict(help=help, group=group, range=range, **kw))
 
 
 def arg_group(name):
@@ -32,11 +33,14 @@ def arg_group(name):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Each flag's default once, after its help (none for flags whose default is "not given")."""
+    """Each flag's default once, after its help (none where the default is "not given": None or '')."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32, width=110)
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "(default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings:
+        if "(default" in text or action.default in (None, "", argparse.SUPPRESS) or not action.option_strings:
             return text
         return text + " (default: %(default)s)"
 
@@ -45,10 +49,11 @@ def add_flags(parser, config_class):
     """One --flag per field of a config dataclass, in argument groups by their `group` (in order of first use):
     the type from its annotation (a bool gives --flag and --no-flag), help and any other argparse keywords from
     its metadata (`aliases` adds option strings such as -k)."""
-    groups = {}
+    groups = {name: parser.add_argument_group(name) for name in getattr(config_class, "HELP_GROUPS", ())}
     for f in fields(config_class):
         meta = dict(f.metadata)
         name = meta.pop("group", None) or "options"
+        meta.pop("range", None)
         if name not in groups:
             groups[name] = parser.add_argument_group(name)
         names = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", ())]
@@ -56,6 +61,8 @@ def add_flags(parser, config_class):
             groups[name].add_argument(*names, action=argparse.BooleanOptionalAction, default=f.default, **meta)
             continue
         kind = next(t for t in (f.type, *getattr(f.type, "__args__", ())) if t in (int, float, str))
+        meta.setdefault("metavar", {int: "N", float: "X", str: "TEXT"}[kind] if "choices" not in meta else
+                        "{" + ",".join(meta["choices"]) + "}")
         groups[name].add_argument(*names, type=kind, default=f.default, **meta)
     return parser
 
@@ -66,28 +73,55 @@ def parse_config(config_class, argv, description, defaults=None, prog=None, epil
     --help shows the defaults in force for the flags given with it."""
     def parser(with_help):
         return add_flags(argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+                                                 usage="%(prog)s [--flag VALUE ...] (--help lists them by group)",
                                                  formatter_class=HelpFormatter, add_help=with_help), config_class)
     final = parser(True)
     if defaults is not None:
         first, _ = parser(False).parse_known_args(argv)
         final.set_defaults(**defaults(first))
     cfg = config_class(**vars(final.parse_args(argv)))
-    check_choices(cfg)
+    check_fields(cfg)
     return cfg
 
 
-def check_choices(cfg):
-    """A field with `choices` holds one of them, also when the config was built in Python (no argparse)."""
+def in_range(value, spec):
+    """Whether value lies in an interval written "[a, b]", "(a, b]", "[a, inf)", ..."""
+    lo, hi = (float(x) for x in spec[1:-1].split(","))
+    return (lo < value if spec[0] == "(" else lo <= value) and (value < hi if spec[-1] == ")" else value <= hi)
+
+
+def range_words(spec):
+    """ "at least 1", "> 0", ">= 0" or "in (0, 1]": what a range asks, for an error message."""
+    if spec.endswith("inf)"):
+        lo = spec[1:].split(",")[0]
+        return (">= 0" if lo == "0" else f"at least {lo}") if spec[0] == "[" else f"> {lo}"
+    return f"in {spec}"
+
+
+def check_fields(cfg):
+    """Every field with `choices` holds one of them and every field with a `range` lies in it, also when the config
+    was built in Python (no argparse); the error names the flag. None means "not given" and passes."""
     for f in fields(cfg):
-        choices, value = f.metadata.get("choices"), getattr(cfg, f.name)
-        if choices is not None and value is not None and value not in choices:  # None: "not given"
-            raise ValueError(f"--{f.name.replace('_', '-')} must be one of {', '.join(map(str, choices))}, "
-                             f"got {value!r}")
+        value, choices, spec = getattr(cfg, f.name), f.metadata.get("choices"), f.metadata.get("range")
+        if value is None:
+            continue
+        if choices is not None and value not in choices:
+            raise ValueError(f"{flag(f.name)} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        if spec is not None and not in_range(value, spec):
+            raise ValueError(f"{flag(f.name)} must be {range_words(spec)}, got {value}")
 
 
 def flag(name):
     """The command-line spelling of a config field."""
     return "--" + name.replace("_", "-")
+
+
+def world_epilog(tiny_defaults, ladder_defaults, more=""):
+    """--help's last paragraph: the defaults the tiny world and its ladder bring (flag_defaults in each script)."""
+    show = lambda d: ", ".join(f"{flag(k)} {v!r}" for k, v in d.items())  # noqa: E731
+    return (f"--model tiny (or tiny-ladder, or a run trained from them) brings the tiny world's defaults: "
+            f"{show(tiny_defaults)}. A tiny_ladder data set brings the ladder's: {show(ladder_defaults)}. Flags given "
+            f"win; `--model tiny --help` shows the defaults in force. {more}").strip()
 
 
 def check_device(device):

@@ -24,10 +24,31 @@ Replay (--replay-fraction F; ExGRPO, Zhan et al. 2025; RePO, Li et al. 2025):
 Both are deterministic given the seed, and both are saved with each checkpoint, so --resume is exact.
 """
 
+from dataclasses import dataclass
+
 import torch
 
+import cli
+
+arg = cli.arg_group("problem selection and replay")  # the flags below show under this in train_rl.py --help
 SELECTIONS = ("uniform", "pass_rate")
 REWARDS = ("verifier", "random", "format")  # the true reward, and the two controls (train_rl.py --reward)
+
+
+@dataclass
+class SelectionConfig:
+    """train_rl.py's problem-selection and replay flags (train_rl.Config inherits them)."""
+    select: str = arg("uniform", "uniform (an epoch's permutation) or pass_rate (weights p(1-p), Bae et al. 2025; "
+                                 "GRESO skips, Zheng et al. 2025)", choices=SELECTIONS)
+    pass_rate_floor: float = arg(0.01, "pass_rate: the least weight of any problem, so none is starved",
+                                 range="(0, 0.25]")
+    skip_window: int = arg(2, "pass_rate: skip a problem whose last N groups were all right or all wrong (0: never)",
+                           range="[0, inf)")
+    replay_fraction: float = arg(0.0, "share of a step's groups given one replayed past success in place of a fresh "
+                                      "wrong sample (ExGRPO, Zhan et al. 2025; 0: off)", range="[0, 1]")
+    replay_size: int = arg(256, "replay: the buffer's capacity in rollouts (first in, first out)", range="[1, inf)")
+    replay_max_rate: float = arg(0.25, "replay: keep successes of groups whose pass rate is at most this",
+                                 range="[0, 1]")
 
 
 # -----------------------------------------------------------------------------

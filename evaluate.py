@@ -45,6 +45,7 @@ import torch
 
 import checkpoint
 import cli
+import distributed as D
 import looped
 import problems as P
 import runs
@@ -230,7 +231,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     t0, unverified = time.time(), sum(verify.ERRORS.values())
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
-    new_tokens = 0
+    new_tokens, last_line = 0, time.time()
     continuous = use_slots(model) if continuous is None else continuous
     per_call = CALL_BATCHES * batch_size if continuous else batch_size
     for start in range(0, len(todo), per_call):
@@ -262,10 +263,14 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
             elapsed, done_now = time.time() - t0, start + len(batch)
             accuracy = sum(r["correct"] for r in finished.values()) / len(finished)
             eta = elapsed / done_now * (len(todo) - done_now)
-            label = progress if isinstance(progress, str) else "eval"
-            print(f"\r{label}: {len(finished)}/{len(problems)} problems, accuracy so far {accuracy:.1%}, "
-                  f"{new_tokens / elapsed:.0f} tok/s, ETA {eta / 60:.1f} min ", end="", file=sys.stderr, flush=True)
-    if progress and todo:
+            line = (f"{progress if isinstance(progress, str) else 'eval'}: {len(finished)}/{len(problems)} problems, "
+                    f"accuracy so far {accuracy:.1%}, {new_tokens / elapsed:.0f} tok/s, ETA {eta / 60:.1f} min")
+            if sys.stderr.isatty():  # a terminal: one line, rewritten in place
+                print(f"\r{line} ", end="", file=sys.stderr, flush=True)
+            elif done_now == len(todo) or time.time() - last_line > 30:  # a log file: a line every 30 s and the last
+                print(line, file=sys.stderr, flush=True)
+                last_line = time.time()
+    if progress and todo and sys.stderr.isatty():
         print(file=sys.stderr)
     if sum(verify.ERRORS.values()) > unverified:  # a grading bug must not pass silently as "wrong"
         print(f"verify: {sum(verify.ERRORS.values()) - unverified} checks ended without a verdict and were graded "
@@ -278,6 +283,18 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     if out_dir:
         runs.write_json(Path(out_dir) / "summary.json", summary)
     return records, summary
+
+
+def accuracy(model, tokenizer, problems, max_new_tokens, template="base", group_by=None, grader="answer",
+             compile=False, label=""):
+    """Greedy accuracy (the protocol) and {group: accuracy} per group_by value: what the training loop logs. Under
+    torchrun each rank evaluates its share of the problems and the summary is recomputed from all the records."""
+    records, summary = evaluate(model, tokenizer, D.rank_share(problems), max_new_tokens, batch_size=64,
+                                template=template, group_by=group_by, compile=compile, grader=grader,
+                                progress=label if D.this_rank() == 0 else False)
+    if D.world_size() > 1:
+        summary = summarize(D.gather_lists(records), dict(group_by=group_by))
+    return summary["accuracy"], {str(k): v["accuracy"] for k, v in summary.get("per_group", {}).items()}
 
 
 # -----------------------------------------------------------------------------
@@ -490,17 +507,18 @@ data_arg, sampling_arg, run_arg = map(cli.arg_group, ("model and data", "protoco
 class EvalConfig:
     model: str = data_arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, tiny, tiny-ladder, or a Hugging Face repo id")
     dataset: str = data_arg("math500", f"{', '.join(P.DATASETS)}, or a .jsonl path with 'problem' and 'answer'")
-    limit: int | None = data_arg(None, "evaluate only the first N problems")
+    limit: int | None = data_arg(None, "evaluate only the first N problems", range="[1, inf)")
     responses: str | None = data_arg(None, "grade this JSONL of {id, response} from another engine instead of "
                                            "generating (--model then only supplies the tokenizer for token counts)")
     loop: str = data_arg("", "looped depth START:END:N on a plain checkpoint: layers [START, END) run N times with "
                              "shared weights and zero gates, so the logits stay the plain model's and only the compute "
                              "grows (looped.py; a looped checkpoint keeps its own loop)")
     template: str = sampling_arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
-    max_new_tokens: int = sampling_arg(2048, "generation budget per sample")
-    samples: int = sampling_arg(1, "samples per problem; > 1 reports pass@k and the majority vote (needs --temperature)")
-    temperature: float = sampling_arg(0.0, "sampling temperature; 0 is greedy")
-    top_p: float = sampling_arg(1.0, "nucleus sampling mass, in (0, 1]")
+    max_new_tokens: int = sampling_arg(2048, "generation budget per sample", range="[1, inf)")
+    samples: int = sampling_arg(1, "samples per problem; > 1 reports pass@k and the majority vote (needs --temperature)",
+                                range="[1, inf)")
+    temperature: float = sampling_arg(0.0, "sampling temperature; 0 is greedy", range="[0, inf)")
+    top_p: float = sampling_arg(1.0, "nucleus sampling mass, in (0, 1]", range="(0, 1]")
     seed: int = sampling_arg(0, "sampling seed (problem i is drawn with a seed made of (seed, i), whatever the batch)")
     grader: str = sampling_arg("answer", "answer: verify.grade (the final answer); steps: the tiny ladder's rule, the "
                                          "worked lines must be the problem's chain too (verify.check_steps)",
@@ -514,7 +532,7 @@ class EvalConfig:
                                 choices=("float32", "bfloat16", "float16"))
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
     batch_size: int = run_arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
-                                  "row's place goes to a waiting problem); records are flushed after each call")
+                                  "row's place goes to a waiting problem); records are flushed after each call", range="[1, inf)")
     compile: bool = run_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
     out: str | None = run_arg(None, "output directory (default runs/eval/<model>-<dataset>)")
 
@@ -523,10 +541,8 @@ class EvalConfig:
 TINY_DEFAULTS = dict(dataset="tiny_test", max_new_tokens=64, group_by="level")
 # The tiny ladder (--dataset tiny_ladder_val or _test): its budget fits the top rung, its grader checks the steps.
 LADDER_DEFAULTS = dict(max_new_tokens=128, group_by="level", grader="steps")
-EPILOG = ("--model tiny (or a run trained from it) brings " + ", ".join(f"{cli.flag(k)} {v}" for k, v in
-                                                                        TINY_DEFAULTS.items())
-          + "; a tiny_ladder data set brings " + ", ".join(f"{cli.flag(k)} {v}" for k, v in LADDER_DEFAULTS.items())
-          + ". Flags given win. `evaluate.py compare A B [--n-boot N --seed S]` compares two records files.")
+EPILOG = cli.world_epilog(TINY_DEFAULTS, LADDER_DEFAULTS,
+                          "`evaluate.py compare A B [--n-boot N --seed S]` compares two records files.")
 
 
 def flag_defaults(first):
@@ -537,13 +553,8 @@ def flag_defaults(first):
 
 
 def check_config(cfg):
-    """Refuse flag values that cannot run, naming the flag."""
-    cli.check_choices(cfg)
-    for name in ("max_new_tokens", "batch_size", "samples", "limit"):
-        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise ValueError(f"{cli.flag(name)} must be at least 1, got {getattr(cfg, name)}")
-    if cfg.temperature < 0 or not 0 < cfg.top_p <= 1:
-        raise ValueError(f"--temperature must be >= 0 and --top-p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
+    """Refuse flag values that cannot run, naming the flag (each flag's own range and choices are on its field)."""
+    cli.check_fields(cfg)
     if cfg.samples > 1 and cfg.temperature == 0 and not cfg.responses:
         raise ValueError(f"--samples {cfg.samples} needs --temperature > 0: greedy samples are all the same")
     looped.parse_loop(cfg.loop, None)  # the syntax before the model loads; add_loop checks the layer range

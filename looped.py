@@ -203,6 +203,20 @@ def add_loop(model, spec, lora_rank=0, lora_alpha=16.0):
     return LoopedQwen3.from_plain(model, config)
 
 
+def param_groups(model, lr, loop_lr):
+    """AdamW parameter groups: the trainable weights at lr, and the loop's gates and embeddings in a group of their
+    own at loop_lr (0: lr) without weight decay (it would pull the gates shut). lr_scale is each group's lr over lr,
+    which the loop's schedule multiplies (train_rl.set_lr)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    loop = getattr(model, "loop", None)
+    loop_ids = {id(loop.gate), id(loop.embed)} if loop is not None else set()
+    groups = [dict(params=[p for p in params if id(p) not in loop_ids], lr_scale=1.0)]
+    if loop_ids:
+        groups.append(dict(params=[p for p in params if id(p) in loop_ids], weight_decay=0.0,
+                           lr_scale=(loop_lr or lr) / lr if lr else 1.0))
+    return groups
+
+
 def plain_config(config):
     """The Qwen3Config of a looped one: its shared weights' shape, without the loop."""
     return Qwen3Config(**{k: v for k, v in dataclasses.asdict(config).items() if k not in LOOP_KEYS})

@@ -25,40 +25,6 @@ import cli
 arg = cli.arg_group("objective")  # the flags below show under "objective" in train_rl.py --help
 
 
-@dataclass
-class ObjectiveConfig:
-    """train_rl.py's objective flags (train_rl.Config inherits them). None means "the objective's own default"
-    (Objective.defaults, its paper's value), else the value in OBJECTIVE_FLAGS."""
-    objective: str = arg("drgrpo", "the objective: a row of OBJECTIVES (python objectives.py lists them)")
-    epochs_per_batch: int = arg(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)")
-    clip_low: float | None = arg(None, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high) "
-                                       "(default: the objective's, else 0.2)")
-    clip_high: float | None = arg(None, "ratio clip range above 1 (default: the objective's, e.g. DAPO's "
-                                        "clip-higher 0.28, else 0.2)")
-    kl_coef: float = arg(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)")
-    kl_estimator: str = arg("k3", "KL estimator per token", choices=("k1", "k2", "k3"))
-    kl_in: str = arg("loss", "where the KL goes: a penalty term in the loss, or subtracted from each reward",
-                     choices=("loss", "reward"))
-    tis_cap: float = arg(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)")
-    format_penalty: float = arg(0.0, "reward subtracted when a response has no final \\boxed{} answer")
-    overlong_buffer: int = arg(0, "DAPO soft overlong penalty: the last N tokens of the budget ramp the reward to -1 "
-                                  "(0: off)")
-    dynamic_sampling: bool | None = arg(None, "DAPO: draw more problems until P groups have mixed correctness "
-                                              "(default: the objective's, on for dapo)")
-    max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step")
-    positive_weight: float = arg(0.1, "w_reinforce: lambda, the advantage of a right answer (a wrong one gets -1)")
-    passk_k: int = arg(4, "passk: the k of the pass@k the advantage maximizes (1 <= k < group size)")
-
-    def __post_init__(self):  # the objective's paper defaults fill the flags left unset, from Python as from the CLI
-        own = OBJECTIVES[self.objective].defaults if self.objective in OBJECTIVES else {}
-        for name, value in OBJECTIVE_FLAGS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, own.get(name, value))
-
-
-# Flags an objective may give its paper's value (Objective.defaults), and their value otherwise.
-OBJECTIVE_FLAGS = dict(clip_low=0.2, clip_high=0.2, dynamic_sampling=False)
-
 # -----------------------------------------------------------------------------
 # Advantages: rewards (P, G) of P groups of G samples -> advantages (P, G)
 
@@ -253,16 +219,53 @@ OBJECTIVES = {
 }
 
 
+# -----------------------------------------------------------------------------
+# The flags
+
+
+@dataclass
+class ObjectiveConfig:
+    """train_rl.py's objective flags (train_rl.Config inherits them). None means "the objective's own default"
+    (Objective.defaults, its paper's value), else the value in OBJECTIVE_FLAGS."""
+    objective: str = arg("drgrpo", "a row of OBJECTIVES (python objectives.py prints the table)",
+                         choices=OBJECTIVES)  # the live table: rows a fork adds too
+    epochs_per_batch: int = arg(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)", range="[1, inf)")
+    clip_low: float | None = arg(None, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high) "
+                                       "(default: the objective's, else 0.2)", range="[0, inf)")
+    clip_high: float | None = arg(None, "ratio clip range above 1 (default: the objective's, e.g. DAPO's "
+                                        "clip-higher 0.28, else 0.2)", range="[0, inf)")
+    kl_coef: float = arg(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)",
+                         range="[0, inf)")
+    kl_estimator: str = arg("k3", "KL estimator per token", choices=("k1", "k2", "k3"))
+    kl_in: str = arg("loss", "where the KL goes: a penalty term in the loss, or subtracted from each reward",
+                     choices=("loss", "reward"))
+    tis_cap: float = arg(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)",
+                         range="[0, inf)")
+    format_penalty: float = arg(0.0, "reward subtracted when a response has no final \\boxed{} answer",
+                                range="[0, inf)")
+    overlong_buffer: int = arg(0, "DAPO soft overlong penalty: the last N tokens of the budget ramp the reward to -1 "
+                                  "(0: off)", range="[0, inf)")
+    dynamic_sampling: bool | None = arg(None, "DAPO: draw more problems until P groups have mixed correctness "
+                                              "(default: the objective's, on for dapo)")
+    max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step", range="[1, inf)")
+    positive_weight: float = arg(0.1, "w_reinforce: lambda, the advantage of a right answer (a wrong one gets -1)")
+    passk_k: int = arg(4, "passk: the k of the pass@k the advantage maximizes (1 <= k < group size)")
+
+    def __post_init__(self):  # the objective's paper defaults fill the flags left unset, from Python as from the CLI
+        own = OBJECTIVES[self.objective].defaults if self.objective in OBJECTIVES else {}
+        for name, value in OBJECTIVE_FLAGS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, own.get(name, value))
+
+
+# Flags an objective may give its paper's value (Objective.defaults), and their value otherwise.
+OBJECTIVE_FLAGS = dict(clip_low=0.2, clip_high=0.2, dynamic_sampling=False)
+
+
 def check(cfg, group_size):
-    """Refuse objective settings that cannot train, naming the flag."""
+    """Refuse objective settings that cannot train, naming the flag (each flag's own range is on its field)."""
     if cfg.objective not in OBJECTIVES:
         raise ValueError(f"--objective {cfg.objective!r} is unknown; choose from {', '.join(OBJECTIVES)}")
-    if cfg.epochs_per_batch <= 0 or cfg.max_draws <= 0:
-        raise ValueError(f"--epochs-per-batch and --max-draws must be positive, got {cfg.epochs_per_batch} and "
-                         f"{cfg.max_draws}")
-    for name in ("clip_low", "clip_high", "kl_coef", "tis_cap", "overlong_buffer", "format_penalty"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
     if OBJECTIVES[cfg.objective].needs_group and group_size < 2:
         raise ValueError(f"--group-size {group_size}: --objective {cfg.objective} compares each sample with the "
                          f"rest of its group, so every advantage would be 0; use --group-size >= 2")

@@ -1,6 +1,6 @@
 """
-Problem sets, prompt templates and the held-out guard: the first stage of the data flow,
-problem -> prompt text, shared by evaluate.py, train_rl.py and bands.py.
+Problem sets, a run's pools and validation split, prompt templates and the held-out guard: the first stage of the
+data flow, problem -> prompt text, shared by evaluate.py, train_rl.py and research/.
 
 MATH-500 is held out: training, tuning and selection never see it. `check_held_out` refuses any training
 pool that contains a MATH-500 problem (compared after normalizing whitespace and case), and
@@ -126,6 +126,31 @@ def train_val_split(problems, val_size, seed=0):
     return train, val
 
 
+def load_pools(cfg):
+    """(train, val, test) problem lists of a run's settings (cfg: dataset, subject, num_problems, val_dataset, val_size,
+    test_dataset, seed, as train_rl.Config names them); training and validation are checked against MATH-500."""
+    pool = load_problems(cfg.dataset)
+    if cfg.subject:
+        pool = [p for p in pool if p.get("subject") == cfg.subject]
+        if not pool:
+            raise ValueError(f"--subject {cfg.subject!r}: no problems of that subject in {cfg.dataset}")
+    if cfg.val_dataset:
+        train, val = pool, load_problems(cfg.val_dataset)
+    elif cfg.num_problems:  # the first N train; validation comes from the rest of the pool
+        train, rest = pool[:cfg.num_problems], pool[cfg.num_problems:]
+        val = train_val_split(rest, min(cfg.val_size, len(rest) - 1), cfg.seed)[1] if len(rest) > 1 else []
+    else:
+        train, val = train_val_split(pool, min(cfg.val_size, len(pool) - 1), cfg.seed)
+        if len(train) < len(val):
+            raise ValueError(f"--val-size {cfg.val_size} carves {len(val)} of {cfg.dataset}'s {len(pool)} problems for "
+                             f"validation and leaves {len(train)} to train on; lower --val-size or give --val-dataset")
+    if cfg.num_problems:
+        train = train[:cfg.num_problems]
+    check_held_out(train + val)
+    test = load_problems(cfg.test_dataset) if cfg.test_dataset else []
+    return train, val, test
+
+
 # -----------------------------------------------------------------------------
 # Prompts: one place for every template, shared by training and evaluation
 
@@ -151,3 +176,14 @@ def format_prompt(problem, template="base"):
 
 
 TEMPLATES = ("base", "chat", "chat_think")
+
+
+def check_prompts_fit(named_sets, tokenizer, template, budget, context):
+    """Every prompt of every (name, problems) set, plus the generation budget, fits the model's context: a problem
+    too long fails before anything is written, named, not mid-run."""
+    for name, rows in named_sets:
+        for p in rows:
+            n = len(tokenizer.encode(format_prompt(p["problem"], template)))
+            if n + budget > context:
+                raise ValueError(f"{name}: problem {p['id']!r} has a {n}-token prompt, which with a {budget}-token "
+                                 f"budget exceeds the model's {context}-token context; drop it or lower the budget")

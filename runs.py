@@ -1,5 +1,5 @@
 """
-A run directory on disk: claiming it safely, its JSONL logs, and train_rl.py's checkpoints.
+A run directory on disk: claiming it safely, its JSONL logs, what a training run prints, and its checkpoints.
 
     claim("runs/x", "train", resume=False)  # refuses a directory holding anything else, or a live run
     append_jsonl("runs/x/metrics.jsonl", row)
@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 import checkpoint
 import distributed as D
@@ -124,6 +126,23 @@ def claim(path, kind, resume=False):
     HELD[path.resolve()] = handle
 
 
+def check_resume(path, now, resumable, config_class=None):
+    """--resume: every setting in `now` (a dict) but the resumable ones must equal the saved config.json's. With
+    config_class, a setting newer than the run takes its default (the saved dict is rebuilt through the class)."""
+    saved = read_json_object(path)
+    if not saved:
+        raise ValueError(f"--resume: {path} is missing or not a JSON object; nothing to resume")
+    if config_class is not None:
+        names = {f.name for f in dataclasses.fields(config_class)}
+        try:
+            saved = dataclasses.asdict(config_class(**{k: v for k, v in saved.items() if k in names}))
+        except (TypeError, KeyError, ValueError) as e:
+            raise ValueError(f"--resume: {path} does not hold these settings ({e})") from None
+    diff = {k: (saved.get(k), v) for k, v in now.items() if k not in resumable and saved.get(k) != v}
+    if diff:
+        raise ValueError(f"--resume: settings differ from {path} (saved, now): {diff}")
+
+
 def release(path):
     """Let go of a directory this process claimed (at the end of its run)."""
     handle = HELD.pop(Path(path).resolve(), None)
@@ -212,6 +231,37 @@ def logged_totals(path, last_step):
         if "generated_tokens" in row and row["step"] <= last_step:
             totals = {k: row[k] for k in totals}
     return totals
+
+
+# -----------------------------------------------------------------------------
+# What a training run prints
+
+
+def print_config(cfg, run_dir, device, n_train, n_val, n_params):
+    """The settings that shape the run, in a few lines (config.json has every one), and the progress line's legend."""
+    print(f"run        {run_dir}, seed {cfg.seed}, {device} ({torch.get_num_threads()} CPU threads); every setting in "
+          f"config.json\nmodel      {cfg.model}: {n_params:,} trainable parameters{f', --loop {cfg.loop}' * bool(cfg.loop)}"
+          f"\ndata       {n_train} training problems ({cfg.dataset}), {n_val} validation, test {cfg.test_dataset or '-'}"
+          f"\nobjective  {cfg.objective}, grader {cfg.grader}: {cfg.steps} steps x {cfg.problems_per_step} problems x "
+          f"{cfg.group_size} samples of <= {cfg.max_new_tokens} tokens at T {cfg.temperature:g}; AdamW lr {cfg.lr:g}"
+          f"\ncolumns    [reward: mean, shown when it differs from acc] acc: share right | val: greedy validation "
+          f"accuracy | len: mean tokens | direct: share of bare \\boxed{{}} answers | seconds sampling / grading / "
+          f"training", flush=True)
+
+
+def print_progress(m, cfg, elapsed, done, eval_seconds):
+    """One line per step; the ETA counts the evaluations still to come."""
+    per_step = elapsed / done
+    evals_left = cfg.eval_every and (cfg.steps // cfg.eval_every - m["step"] // cfg.eval_every)
+    eta = per_step * (cfg.steps - m["step"]) + (evals_left or 0) * eval_seconds
+    val = f" | val {m['val_accuracy']:.3f}" if "val_accuracy" in m else ""
+    if len(m.get("val_accuracy_by_group", {})) > 1:
+        val += " (" + ", ".join(f"{cfg.eval_group_by} {k}: {v:.2f}" for k, v in m["val_accuracy_by_group"].items()) + ")"
+    reward = f"reward {m['reward_mean']:.3f} | " if m["reward_mean"] != m["accuracy"] else ""
+    print(f"step {m['step']}/{cfg.steps} | {reward}acc {m['accuracy']:.3f}{val} | "
+          f"len {m['response_tokens_mean']:.0f} | direct {m['direct_answer_rate']:.2f} | loss {m['loss']:+.4f} | "
+          f"{m['sampling_seconds']:.1f}s / {m['verifying_seconds']:.1f}s / {m['training_seconds']:.1f}s"
+          f" | ETA {eta / 60:.1f} min", flush=True)
 
 
 # -----------------------------------------------------------------------------

@@ -70,7 +70,7 @@ import torch.nn.functional as F
 
 import checkpoint
 import model as qwen
-from cli import arg, parse_config, run_main
+from cli import arg, check_fields, parse_config, run_main
 from problems import format_prompt
 from sample import generate
 from verify import check_steps, grade
@@ -226,22 +226,27 @@ def new_model(tokenizer, seed, rope_theta=ROPE_THETA):
 @dataclass
 class TinyConfig:
     seed: int = arg(0, "one seed for the data, the initialization and the data order")
-    steps: int = arg(2500, "pretraining steps: past the steep part of the curve, step-by-step solving is reliable")
-    batch_size: int = arg(64, "sequences per step")
-    lr: float = arg(3e-3, "peak AdamW learning rate")
-    warmup: int = arg(50, "linear warmup steps, then cosine decay to lr * min_lr_frac")
-    min_lr_frac: float = arg(0.1, "final learning rate as a fraction of the peak")
-    weight_decay: float = arg(0.1, "AdamW weight decay on matrices")
-    bare_2: float = arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}")
-    bare_3: float = arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}")
-    long_4: float = arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made reachable by construction)")
-    long_5: float = arg(0.0, "the same for 5 operations")
-    long_6: float = arg(0.0, "the same for 6 operations")
-    eval_every: int = arg(250, "steps between greedy accuracy checks on the first 200 validation problems")
+    steps: int = arg(2500, "pretraining steps: past the steep part of the curve, step-by-step solving is reliable",
+                     range="[1, inf)")
+    batch_size: int = arg(64, "sequences per step", range="[1, inf)")
+    lr: float = arg(3e-3, "peak AdamW learning rate", range="(0, inf)")
+    warmup: int = arg(50, "linear warmup steps, then cosine decay to lr * min_lr_frac", range="[0, inf)")
+    min_lr_frac: float = arg(0.1, "final learning rate as a fraction of the peak", range="[0, 1]")
+    weight_decay: float = arg(0.1, "AdamW weight decay on matrices", range="[0, inf)")
+    bare_2: float = arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
+    bare_3: float = arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
+    long_4: float = arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made reachable by construction)",
+                        range="[0, 1]")
+    long_5: float = arg(0.0, "the same for 5 operations", range="[0, 1]")
+    long_6: float = arg(0.0, "the same for 6 operations", range="[0, 1]")
+    eval_every: int = arg(250, "steps between greedy accuracy checks on the first 200 validation problems",
+                          range="[1, inf)")
     out: str = arg("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
     data_dir: str = arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
-    threads: int = arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)")
-    rope_theta: float = arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional encoding (NoPE)")
+    threads: int = arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)",
+                       range="[1, inf)")
+    rope_theta: float = arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional encoding (NoPE)",
+                            range="(0, inf)")
     init: str = arg("", "continue this checkpoint (e.g. tiny) with its own tokenizer instead of a new model: a mid-training")
     data_only: bool = arg(False, "write the data files and stop")
 
@@ -404,19 +409,8 @@ def evaluate_ladder(model, tokenizer, rows):
 
 
 def check_config(cfg):
-    """Refuse settings that cannot run, naming the flag."""
-    for name in ("steps", "batch_size", "threads", "eval_every"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
-    for name in ("warmup", "weight_decay"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
-    for name in ("lr", "rope_theta"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    for name in ("min_lr_frac", "bare_2", "bare_3", "long_4", "long_5", "long_6"):
-        if not 0 <= getattr(cfg, name) <= 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(cfg, name)}")
+    """Refuse settings that cannot run, naming the flag (each flag's own range is on its field)."""
+    check_fields(cfg)
     if cfg.init and cfg.rope_theta != ROPE_THETA:
         raise ValueError(f"--rope-theta sets a new model's RoPE base; --init {cfg.init} keeps its own")
     if cfg.long_4 + cfg.long_5 + cfg.long_6 > 1:

@@ -27,6 +27,7 @@ controls), looped.py (--loop), lora.py (--lora-rank), distributed.py (torchrun, 
 import copy
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import checkpoint
 import cli
 import curriculum
 import distributed as D
+import evaluate
 import looped
 import lora
 import objectives
@@ -45,80 +47,73 @@ import runs
 import verify
 from diversity import group_dispersion, group_diversity
 from model import flops_per_token, token_logprobs
+from curriculum import SelectionConfig
 from objectives import OBJECTIVES, ObjectiveConfig
 from sample import generate, pack_by_length
 
-data_arg, reward_arg, sampling_arg, select_arg, optim_arg, run_arg = map(cli.arg_group, (
-    "model and data", "reward", "sampling", "problem selection and replay (curriculum.py)", "optimization", "run"))
+data_arg, reward_arg, sampling_arg, optim_arg, run_arg = map(cli.arg_group, (
+    "model and data", "reward", "sampling", "optimization", "run"))
 
 
 @dataclass
-class Config(ObjectiveConfig):
-    """Every setting of a run; the objective's own flags are in objectives.ObjectiveConfig."""
-    # model and data
+class Config(ObjectiveConfig, SelectionConfig):
+    """Every setting of a run: the objective's flags are declared in objectives.py, problem selection's and replay's
+    in curriculum.py, the rest here."""
+    HELP_GROUPS = ("model and data", "reward", "objective", "sampling", "problem selection and replay",
+                   "optimization", "run")  # the order --help shows them in
     model: str = data_arg(checkpoint.DEFAULT_MODEL, "Hugging Face repo id, local checkpoint directory, tiny or tiny-ladder")
     dataset: str = data_arg("math_train", "training pool: a data set name (problems.py) or a .jsonl path")
     subject: str = data_arg("Algebra", "keep only problems of this subject ('' keeps all)")
-    num_problems: int = data_arg(50, "train on the first N problems of the pool (0: all)")
+    num_problems: int = data_arg(50, "train on the first N problems of the pool (0: all)", range="[0, inf)")
     val_dataset: str = data_arg("", "validation set for --eval-every ('': carved from the training pool)")
-    val_size: int = data_arg(100, "validation problems carved from the pool when --val-dataset is not given")
+    val_size: int = data_arg(100, "validation problems carved from the pool when --val-dataset is not given",
+                             range="[0, inf)")
     test_dataset: str = data_arg("", "evaluated before and after training, never used for a choice ('': none)")
     template: str = data_arg("base", "prompt template", choices=problems.TEMPLATES)
-    # reward
     grader: str = reward_arg("answer", "reward and validation rule: answer (the final answer, verify.grade) or steps "
                                        "(the tiny ladder's: the worked lines must be the problem's chain too)",
                              choices=verify.GRADERS)
     reward: str = reward_arg("verifier", "what the learner is paid for: verifier (the true reward), or the controls "
                                          "random (a seeded fair coin) and format (any final \\boxed{}); accuracy is "
                                          "always the verifier's", choices=curriculum.REWARDS)
-    # sampling
-    steps: int = sampling_arg(50, "optimizer updates (one batch of rollouts each)")
-    problems_per_step: int = sampling_arg(1, "P: problems drawn per step")
-    group_size: int = sampling_arg(8, "G: completions sampled per problem")
-    max_new_tokens: int = sampling_arg(512, "generation budget per completion (also Dr. GRPO's loss constant)")
-    temperature: float = sampling_arg(1.0, "sampling temperature for rollouts")
-    top_p: float = sampling_arg(1.0, "nucleus sampling mass for rollouts, in (0, 1]")
+    steps: int = sampling_arg(50, "optimizer updates (one batch of rollouts each)", range="[1, inf)")
+    problems_per_step: int = sampling_arg(1, "P: problems drawn per step", range="[1, inf)")
+    group_size: int = sampling_arg(8, "G: completions sampled per problem", range="[1, inf)")
+    max_new_tokens: int = sampling_arg(512, "generation budget per completion (also Dr. GRPO's loss constant)",
+                                       range="[1, inf)")
+    temperature: float = sampling_arg(1.0, "sampling temperature for rollouts", range="(0, inf)")
+    top_p: float = sampling_arg(1.0, "nucleus sampling mass for rollouts, in (0, 1]", range="(0, 1]")
     compile: bool = sampling_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
-    # problem selection and replay (curriculum.py)
-    select: str = select_arg("uniform", "uniform (an epoch's permutation) or pass_rate (weights p(1-p), Bae et al. "
-                                        "2025; GRESO skips, Zheng et al. 2025)", choices=curriculum.SELECTIONS)
-    pass_rate_floor: float = select_arg(0.01, "pass_rate: the least weight of any problem, so none is starved")
-    skip_window: int = select_arg(2, "pass_rate: skip a problem whose last N groups were all right or all wrong "
-                                     "(0: never)")
-    replay_fraction: float = select_arg(0.0, "share of a step's groups given one replayed past success in place of a "
-                                             "fresh wrong sample (ExGRPO, Zhan et al. 2025; 0: off)")
-    replay_size: int = select_arg(256, "replay: the buffer's capacity in rollouts (first in, first out)")
-    replay_max_rate: float = select_arg(0.25, "replay: keep successes of groups whose pass rate is at most this")
-    # optimization
-    lr: float = optim_arg(1e-5, "peak learning rate of AdamW")
-    weight_decay: float = optim_arg(0.0, "AdamW weight decay")
-    warmup_steps: int = optim_arg(0, "linear warmup steps")
+    lr: float = optim_arg(1e-5, "peak learning rate of AdamW", range="[0, inf)")
+    weight_decay: float = optim_arg(0.0, "AdamW weight decay", range="[0, inf)")
+    warmup_steps: int = optim_arg(0, "linear warmup steps", range="[0, inf)")
     schedule: str = optim_arg("constant", "after warmup: constant, or cosine / linear decay to 0",
                               choices=("constant", "cosine", "linear"))
-    grad_clip: float = optim_arg(1.0, "max gradient norm (0: no clipping)")
-    micro_batch_tokens: int = optim_arg(4096, "padded tokens per forward/backward micro-batch (gradient accumulation)")
+    grad_clip: float = optim_arg(1.0, "max gradient norm (0: no clipping)", range="[0, inf)")
+    micro_batch_tokens: int = optim_arg(4096, "padded tokens per forward/backward micro-batch (gradient accumulation)",
+                                        range="[1, inf)")
     skip_zero_advantage: bool = optim_arg(True, "leave rows with zero advantage out of the backward (same gradient)")
     grad_checkpointing: bool = optim_arg(False, "recompute activations in backward to save memory")
     fsdp: bool = optim_arg(False, "under torchrun: shard parameters, gradients and optimizer state (FSDP2)")
-    lora_rank: int = optim_arg(0, "LoRA rank (0: full fine-tuning)")
+    lora_rank: int = optim_arg(0, "LoRA rank (0: full fine-tuning)", range="[0, inf)")
     lora_alpha: float = optim_arg(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
     loop: str = optim_arg("", "looped depth START:END:N: layers [START, END) run N times, weights shared, gates "
                               "zero so training starts from exactly --model (looped.py; '': plain)")
-    loop_lr: float = optim_arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr)")
-    loop_lora_rank: int = optim_arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)")
-    # run
+    loop_lr: float = optim_arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr)", range="[0, inf)")
+    loop_lora_rank: int = optim_arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)",
+                                    range="[0, inf)")
     seed: int = run_arg(0, "seed for data order, sampling and initialization")
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
     out: str = run_arg("", "run directory ('': runs/<objective>-<model>)")
     resume: bool = run_arg(False, "continue the run in --out from its last checkpoint")
-    save_every: int = run_arg(25, "checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = run_arg(0, "keep only the newest N periodic checkpoints (0: keep all)")
-    eval_every: int = run_arg(0, "evaluate on the validation split every N steps (0: never)")
-    eval_max_new_tokens: int = run_arg(0, "generation budget for evaluation (0: --max-new-tokens)")
+    save_every: int = run_arg(25, "checkpoint every N steps (0: only at the end)", range="[0, inf)")
+    keep_checkpoints: int = run_arg(0, "keep only the newest N periodic checkpoints (0: keep all)", range="[0, inf)")
+    eval_every: int = run_arg(0, "evaluate on the validation split every N steps (0: never)", range="[0, inf)")
+    eval_max_new_tokens: int = run_arg(0, "generation budget for evaluation (0: --max-new-tokens)", range="[0, inf)")
     eval_group_by: str = run_arg("source", "also log validation accuracy per value of this problem field ('': no)")
-    samples_per_step: int = run_arg(2, "completions per step written to samples.jsonl")
+    samples_per_step: int = run_arg(2, "completions per step written to samples.jsonl", range="[0, inf)")
     dispersion_every: int = run_arg(10, "every N steps log the groups' embedding dispersion (diversity.py; about 0.7x "
-                                        "the step's sampling on the tiny world; 0: never)")
+                                        "the step's sampling on the tiny world; 0: never)", range="[0, inf)")
 
 
 # The embedded tiny world (--model tiny, tiny-ladder, or a model trained from them) brings its own defaults, and
@@ -135,28 +130,7 @@ RESUMABLE = {"steps", "resume", "save_every", "keep_checkpoints", "eval_every", 
 
 
 # -----------------------------------------------------------------------------
-# 1. Problems: the training pool, its validation split, and the order a step draws them in
-
-
-def load_pools(cfg):
-    """(train, val, test) problem lists; training and validation problems are checked against MATH-500."""
-    pool = problems.load_problems(cfg.dataset)
-    if cfg.subject:
-        pool = [p for p in pool if p.get("subject") == cfg.subject]
-        if not pool:
-            raise ValueError(f"--subject {cfg.subject!r}: no problems of that subject in {cfg.dataset}")
-    if cfg.val_dataset:
-        train, val = pool, problems.load_problems(cfg.val_dataset)
-    elif cfg.num_problems:  # the first N train; validation comes from the rest of the pool
-        train, rest = pool[:cfg.num_problems], pool[cfg.num_problems:]
-        val = problems.train_val_split(rest, min(cfg.val_size, len(rest) - 1), cfg.seed)[1] if len(rest) > 1 else []
-    else:
-        train, val = problems.train_val_split(pool, min(cfg.val_size, len(pool) - 1), cfg.seed)
-    if cfg.num_problems:
-        train = train[:cfg.num_problems]
-    problems.check_held_out(train + val)
-    test = problems.load_problems(cfg.test_dataset) if cfg.test_dataset else []
-    return train, val, test
+# 1. Problems: the order a step draws them in (the pools and the validation split: problems.load_pools)
 
 
 def problems_for_step(n_train, step, per_step, seed):
@@ -479,43 +453,20 @@ def rl_step(policy, sampler, reference, optimizer, tokenizer, train_set, cfg, st
 # The run: check everything, claim --out, load the model, then step, evaluate and checkpoint
 
 
-def evaluate_accuracy(sampler, tokenizer, problem_set, cfg, label=""):
-    """Greedy accuracy (the one evaluation protocol, evaluate.py) and, with --eval-group-by, accuracy per group.
-    With several ranks each evaluates its share of the problems and the summary is recomputed from all the
-    records. `label` names it on the progress line."""
-    from evaluate import evaluate, summarize  # evaluate.py is core too; imported here to keep startup light
-    records, summary = evaluate(sampler, tokenizer, D.rank_share(problem_set),
-                                cfg.eval_max_new_tokens or cfg.max_new_tokens, batch_size=64, template=cfg.template,
-                                group_by=cfg.eval_group_by or None, compile=cfg.compile, grader=cfg.grader,
-                                progress=label if D.this_rank() == 0 else False)
-    if D.world_size() > 1:
-        summary = summarize(D.gather_lists(records), dict(group_by=cfg.eval_group_by or None))
-    return summary["accuracy"], {str(k): v["accuracy"] for k, v in summary.get("per_group", {}).items()}
+def evaluate_accuracy(sampler, tokenizer, problem_set, cfg, label):
+    """Greedy accuracy by the one evaluation protocol, and per --eval-group-by value (evaluate.accuracy)."""
+    return evaluate.accuracy(sampler, tokenizer, problem_set, cfg.eval_max_new_tokens or cfg.max_new_tokens,
+                             cfg.template, cfg.eval_group_by or None, cfg.grader, cfg.compile, label)
 
 
 def check_config(cfg):
-    """Refuse settings that cannot run, naming the flag; nothing has been written yet."""
-    cli.check_choices(cfg)
-    for name in ("steps", "problems_per_step", "group_size", "max_new_tokens", "micro_batch_tokens"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"{cli.flag(name)} must be positive, got {getattr(cfg, name)}")
+    """Refuse settings that cannot run, naming the flag; nothing has been written yet. Each flag's own range and
+    choices are declared on its field (cli.check_fields); here, the checks across flags."""
+    cli.check_fields(cfg)
     objectives.check(cfg, cfg.group_size)
-    for name in ("num_problems", "val_size", "save_every", "keep_checkpoints", "eval_every", "eval_max_new_tokens",
-                 "samples_per_step", "dispersion_every", "warmup_steps", "lr", "weight_decay", "grad_clip",
-                 "lora_rank", "loop_lora_rank", "loop_lr"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"{cli.flag(name)} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.temperature <= 0 or not 0 < cfg.top_p <= 1:
-        raise ValueError(f"--temperature must be > 0 (a group of greedy samples is all alike) and --top-p in (0, 1], "
-                         f"got {cfg.temperature} and {cfg.top_p}")
     if cfg.overlong_buffer >= cfg.max_new_tokens:
         raise ValueError(f"--overlong-buffer {cfg.overlong_buffer} must be below --max-new-tokens {cfg.max_new_tokens}")
-    if not 0 <= cfg.replay_fraction <= 1 or not 0 <= cfg.replay_max_rate <= 1 or not 0 < cfg.pass_rate_floor <= 0.25:
-        raise ValueError(f"--replay-fraction and --replay-max-rate must be in [0, 1] and --pass-rate-floor in (0, 0.25], "
-                         f"got {cfg.replay_fraction}, {cfg.replay_max_rate} and {cfg.pass_rate_floor}")
-    if cfg.replay_size < 1 or cfg.skip_window < 0:
-        raise ValueError(f"--replay-size must be >= 1 and --skip-window >= 0, got {cfg.replay_size} and {cfg.skip_window}")
-    if cfg.fsdp and "WORLD_SIZE" not in __import__("os").environ:
+    if cfg.fsdp and "WORLD_SIZE" not in os.environ:
         raise ValueError("--fsdp shards the model over torchrun's processes: start it with torchrun, e.g. "
                          "torchrun --nproc_per_node 8 train_rl.py --fsdp ...")
     if cfg.fsdp and cfg.lora_rank:
@@ -529,81 +480,6 @@ def check_config(cfg):
     cli.check_device(cfg.device)
 
 
-def check_resume(cfg, run_dir):
-    """--resume: every setting but the RESUMABLE ones must match the run's config.json (a setting newer than the
-    run takes its default)."""
-    path = run_dir / "config.json"
-    saved = runs.read_json_object(path)
-    if not saved:
-        raise ValueError(f"--resume: {path} is missing or not a JSON object; nothing to resume")
-    names = {f.name for f in dataclasses.fields(Config)}
-    try:
-        saved = dataclasses.asdict(Config(**{k: v for k, v in saved.items() if k in names}))
-    except (TypeError, KeyError) as e:
-        raise ValueError(f"--resume: {path} does not hold train_rl.py settings ({e})") from None
-    diff = {k: (saved[k], v) for k, v in dataclasses.asdict(cfg).items() if k not in RESUMABLE and saved[k] != v}
-    if diff:
-        raise ValueError(f"--resume: settings differ from {path} (saved, now): {diff}")
-
-
-def check_prompts_fit(problem_sets, tokenizer, cfg, context):
-    """Every prompt plus the generation budget fits the model's context; the error names the problem."""
-    budget = max(cfg.max_new_tokens, cfg.eval_max_new_tokens)
-    for name, rows in problem_sets:
-        for p in rows:
-            n = len(tokenizer.encode(problems.format_prompt(p["problem"], cfg.template)))
-            if n + budget > context:
-                raise ValueError(f"{name}: problem {p['id']!r} has a {n}-token prompt, which with --max-new-tokens "
-                                 f"{budget} exceeds the model's {context}-token context; drop it or lower the budget")
-
-
-def new_optimizer(policy, cfg):
-    """AdamW on the trainable parameters; looped depth's gates and embeddings in a group of their own at --loop-lr,
-    without weight decay (it would pull the gates shut)."""
-    params = [p for p in policy.parameters() if p.requires_grad]
-    loop = getattr(policy, "loop", None)
-    loop_ids = {id(loop.gate), id(loop.embed)} if loop is not None else set()
-    groups = [dict(params=[p for p in params if id(p) not in loop_ids], lr_scale=1.0)]
-    if loop_ids:
-        groups.append(dict(params=[p for p in params if id(p) in loop_ids], weight_decay=0.0,
-                           lr_scale=(cfg.loop_lr or cfg.lr) / cfg.lr if cfg.lr else 1.0))
-    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-
-
-def print_config(cfg, run_dir, device, n_train, n_val, n_params):
-    """The settings that shape the run, in a few lines (config.json has every one)."""
-    obj = OBJECTIVES[cfg.objective]
-    print(f"run        {run_dir} (every setting: {run_dir / 'config.json'}), seed {cfg.seed}, device {device}, "
-          f"{torch.get_num_threads()} CPU threads" * 1 +
-          f"\nmodel      {cfg.model}, {n_params:,} trainable parameters"
-          + (f", --loop {cfg.loop}" if cfg.loop else "") + (f", LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "")
-          + f"\ndata       {cfg.dataset}{f' ({cfg.subject})' if cfg.subject else ''}: {n_train} training problems, "
-            f"{n_val} validation ({cfg.val_dataset or 'carved from the pool'}), test {cfg.test_dataset or 'none'}; "
-            f"grader {cfg.grader}, reward {cfg.reward}"
-          + f"\nobjective  {cfg.objective} ({obj.paper}): {cfg.steps} steps x {cfg.problems_per_step} problems x "
-            f"{cfg.group_size} samples, {cfg.max_new_tokens} new tokens at T {cfg.temperature:g}, top-p {cfg.top_p:g}"
-          + f"\noptimizer  AdamW lr {cfg.lr:g} ({cfg.schedule}, warmup {cfg.warmup_steps}), grad clip {cfg.grad_clip:g}"
-          + f"\nlog        every step to metrics.jsonl; validation every {cfg.eval_every or 'never'}, "
-            f"checkpoint every {cfg.save_every or 'end only'}", flush=True)
-    print("columns    reward: mean reward | acc: share right | val: greedy validation accuracy | len: mean tokens per "
-          "answer | direct: share answering with a bare \\boxed{} | loss | seconds sampling / grading / training")
-
-
-def print_progress(m, cfg, elapsed, done, eval_seconds):
-    """One line per step; the ETA counts the evaluations still to come."""
-    per_step = elapsed / done
-    evals_left = cfg.eval_every and (cfg.steps // cfg.eval_every - m["step"] // cfg.eval_every)
-    eta = per_step * (cfg.steps - m["step"]) + (evals_left or 0) * eval_seconds
-    val = f" | val {m['val_accuracy']:.3f}" if "val_accuracy" in m else ""
-    if len(m.get("val_accuracy_by_group", {})) > 1:
-        val += " (" + ", ".join(f"{cfg.eval_group_by} {k}: {v:.2f}" for k, v in m["val_accuracy_by_group"].items()) + ")"
-    reward = f"reward {m['reward_mean']:.3f} | " if m["reward_mean"] != m["accuracy"] else ""
-    print(f"step {m['step']}/{cfg.steps} | {reward}acc {m['accuracy']:.3f}{val} | "
-          f"len {m['response_tokens_mean']:.0f} | direct {m['direct_answer_rate']:.2f} | loss {m['loss']:+.4f} | "
-          f"{m['sampling_seconds']:.1f}s / {m['verifying_seconds']:.1f}s / {m['training_seconds']:.1f}s"
-          f" | ETA {eta / 60:.1f} min", flush=True)
-
-
 def train(cfg):
     """Run (or, with --resume, continue) the training described by cfg; returns the run directory."""
     check_config(cfg)
@@ -611,14 +487,15 @@ def train(cfg):
     run_dir = Path(cfg.out or f"runs/{cfg.objective}-{Path(cfg.model).name}")
     runs.check_out(run_dir, "train", cfg.resume)
     if cfg.resume:
-        check_resume(cfg, run_dir)
-    train_set, val_set, test_set = load_pools(cfg)  # bad data or a missing model fail before anything is written
+        runs.check_resume(run_dir / "config.json", dataclasses.asdict(cfg), RESUMABLE, Config)
+    train_set, val_set, test_set = problems.load_pools(cfg)  # bad data or a missing model fail before anything is written
     model_dir = checkpoint.resolve_model_dir(cfg.model)
     model_config = checkpoint.read_config(model_dir)
     looped.parse_loop(cfg.loop, model_config.num_hidden_layers)
     tokenizer = checkpoint.load_tokenizer(cfg.model)
-    check_prompts_fit([(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set),
-                       (cfg.test_dataset, test_set)], tokenizer, cfg, model_config.max_position_embeddings)
+    problems.check_prompts_fit([(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set),
+                                (cfg.test_dataset, test_set)], tokenizer, cfg.template,
+                               max(cfg.max_new_tokens, cfg.eval_max_new_tokens), model_config.max_position_embeddings)
     D.barrier()  # every rank has read the run directory before rank 0 writes to it
     runs.claim(run_dir, "train", cfg.resume)  # held until this process ends
     if D.this_rank() == 0 and not cfg.resume:
@@ -636,7 +513,8 @@ def train(cfg):
         lora.add_lora(policy, cfg.lora_rank, cfg.lora_alpha)
     if cfg.fsdp:  # whole weights are loaded first; the optimizer then holds the shards
         D.shard_model(policy)
-    optimizer = new_optimizer(policy, cfg)
+    optimizer = torch.optim.AdamW(looped.param_groups(policy, cfg.lr, cfg.loop_lr), lr=cfg.lr,
+                                  weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
     selection = curriculum.new_selection(cfg, train_set)
     start_step = 0
     if ckpt is not None:
@@ -649,11 +527,11 @@ def train(cfg):
     D.barrier()  # every rank has read the totals before rank 0 truncates the log
     runs.truncate_log(metrics_path, start_step)
     runs.truncate_log(samples_path, start_step)
-    print_config(cfg, run_dir, device, len(train_set), len(val_set),
+    runs.print_config(cfg, run_dir, device, len(train_set), len(val_set),
                  sum(p.numel() for p in policy.parameters() if p.requires_grad))
 
     eval_seconds = 0.0
-    if test_set and start_step == 0:
+    if test_set and start_step == 0:  # the held-out test split, before and after training: never used for a choice
         t0 = time.time()
         acc, _ = evaluate_accuracy(sampler, tokenizer, test_set, cfg, f"test ({cfg.test_dataset}) before training")
         eval_seconds = (time.time() - t0) * len(val_set) / len(test_set)  # a validation pass, estimated
@@ -675,7 +553,7 @@ def train(cfg):
             for r in drawn[:cfg.samples_per_step]:
                 runs.append_jsonl(samples_path, dict(step=step + 1, id=r["problem"]["id"], answer=r["problem"]["answer"],
                                                      response=r["text"], reward=r["reward"], correct=r["correct"]))
-            print_progress(metrics, cfg, time.time() - t_start, step + 1 - start_step, eval_seconds)
+            runs.print_progress(metrics, cfg, time.time() - t_start, step + 1 - start_step, eval_seconds)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                 runs.save_checkpoint(run_dir / "checkpoints" / f"step_{step + 1}", policy, optimizer, tokenizer,
                                      step + 1, cfg, selection)
@@ -717,12 +595,7 @@ def flag_defaults(first):
     return out
 
 
-EPILOG = ("--model tiny (or tiny-ladder, or a run trained from them) brings the tiny world's defaults: "
-          + ", ".join(f"{cli.flag(k)} {v!r}" for k, v in TINY_DEFAULTS.items())
-          + ". --dataset tiny_ladder_train brings the ladder's: "
-          + ", ".join(f"{cli.flag(k)} {v!r}" for k, v in LADDER_DEFAULTS.items())
-          + ". Flags given win; `--model tiny --help` shows the defaults in force. Objectives: "
-          + ", ".join(OBJECTIVES) + " (python objectives.py).")
+EPILOG = cli.world_epilog(TINY_DEFAULTS, LADDER_DEFAULTS, "The objectives: python objectives.py.")
 
 
 def parse_args(argv=None):

@@ -13,7 +13,7 @@ records.jsonl, summary.json), a bands.py output (bands.jsonl, bands_summary.json
 - Runs: what each run is (the settings that differ between the runs given, or --by), seed, steps, final
   validation and test accuracy with 95% Wilson intervals (stats.wilson), compute and code version.
   train_rl.py logs accuracies as fractions only, so n is the size of the validation / test set rebuilt from
-  the saved config (train_rl.load_pools) and the correct count is fraction x n.
+  the saved config (problems.load_pools) and the correct count is fraction x n.
 - Across seeds: runs that differ only by seed, with mean, min-max and a Student t interval over the seeds.
   An incomplete run (killed mid-run: no final/, fewer steps logged than configured, no summary.json) is
   listed with its status and never averaged.
@@ -142,7 +142,7 @@ def train_splits(cfg):
     import train_rl as T  # the run's own split logic (imports torch)
     names = {f.name for f in fields(T.Config)}
     try:
-        _, val, test = T.load_pools(T.Config(**{k: v for k, v in cfg.items() if k in names}))
+        _, val, test = P.load_pools(T.Config(**{k: v for k, v in cfg.items() if k in names}))
         return val, test, None
     except (ValueError, FileNotFoundError, TypeError) as e:
         return None, None, f"n unknown, so no intervals ({e})"
@@ -510,7 +510,7 @@ def report_markdown(runs, keys, plots):
     parts = [f"# Report on {len(runs)} run(s)", "",
              f"Described by: {', '.join(keys) or '(the runs differ only by seed)'}. Accuracy intervals are 95% Wilson "
              f"intervals (stats.wilson). For train_rl.py runs, n is the size of the validation / test set rebuilt "
-             f"from config.json (train_rl.load_pools) and correct = logged fraction x n; FLOPs are the run's "
+             f"from config.json (problems.load_pools) and correct = logged fraction x n; FLOPs are the run's "
              f"sampling + training FLOPs (evaluation not counted) and wall s sums its sampling, verifying and "
              f"training seconds. For evaluate.py runs everything is recomputed from records.jsonl except FLOPs and "
              f"wall time (summary.json); an evaluation of a run's final/ carries that run's settings and seed, and "

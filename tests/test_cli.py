@@ -129,16 +129,16 @@ def test_malformed_rows_name_the_file_and_line(bad_rows, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("main, prog, argv, message", [
-    (T.main, "train_rl.py", ["--model", "tiny", "--group-size", "0"], "--group-size must be positive, got 0"),
+    (T.main, "train_rl.py", ["--model", "tiny", "--group-size", "0"], "--group-size must be at least 1, got 0"),
     (T.main, "train_rl.py", ["--model", "tiny", "--schedule", "cosin"], "argument --schedule: invalid choice: 'cosin'"),
     (T.main, "train_rl.py", ["--model", "tiny", "--template", "chatml"], "argument --template: invalid choice"),
     (E.main, "evaluate.py", ["--model", "tiny", "--samples", "0"], "--samples must be at least 1, got 0"),
     (E.main, "evaluate.py", ["--model", "tiny", "--samples", "4"], "--samples 4 needs --temperature > 0"),
-    (E.main, "evaluate.py", ["--model", "tiny", "--top-p", "0"], "--top-p in (0, 1]"),
+    (E.main, "evaluate.py", ["--model", "tiny", "--top-p", "0"], "--top-p must be in (0, 1]"),
     (B.main, "bands.py", ["--model", "tiny", "--dataset", "tiny_val", "-k", "1", "--out", "x"], "-k must be at least 2"),
     (tiny.main, "tiny.py", ["--threads", "0"], "--threads must be at least 1, got 0"),
     (tiny.main, "tiny.py", ["--bare-3", "1.5"], "--bare-3 must be in [0, 1], got 1.5"),
-    (tiny.main, "tiny.py", ["--rope-theta", "0"], "--rope-theta must be positive, got 0.0"),
+    (tiny.main, "tiny.py", ["--rope-theta", "0"], "--rope-theta must be > 0, got 0.0"),
     (tiny.main, "tiny.py", ["--long-5", "-0.1"], "--long-5 must be in [0, 1], got -0.1"),
     (tiny.main, "tiny.py", ["--long-4", "0.6", "--long-6", "0.5"], "--long-4 + --long-5 + --long-6 must be at most 1"),
 ])

@@ -187,13 +187,13 @@ def test_load_pools_subject_filter_and_first_n_carve_out(tmp_path):
     pool.write_text("".join(json.dumps(dict(id=f"p{i}", problem=f"Q{i}", answer=str(i), subject=s)) + "\n"
                             for i, s in enumerate(subjects)))
     cfg = T.Config(dataset=str(pool), subject="A", num_problems=2, val_size=2, seed=0)
-    train, val, test = T.load_pools(cfg)
+    train, val, test = P.load_pools(cfg)
     assert [p["id"] for p in train] == ["p0", "p1"]  # the first 2 of subject A, in file order
     assert len(val) == 2 and {p["id"] for p in val} < {"p3", "p5", "p6"} and test == []  # from the rest of A
-    train, val, _ = T.load_pools(dataclasses.replace(cfg, subject="", num_problems=0, val_size=3))
+    train, val, _ = P.load_pools(dataclasses.replace(cfg, subject="", num_problems=0, val_size=3))
     assert len(train) == 5 and len(val) == 3 and {p["id"] for p in train + val} == {f"p{i}" for i in range(8)}
     with pytest.raises(ValueError, match="--subject 'C': no problems of that subject"):
-        T.load_pools(dataclasses.replace(cfg, subject="C"))
+        P.load_pools(dataclasses.replace(cfg, subject="C"))
 
 
 def test_test_dataset_is_evaluated_before_and_after(run_setup, tmp_path):
@@ -477,7 +477,7 @@ def test_default_config_trains_on_the_shipped_math_pool(qwen_vocab_model_dir, tm
     cfg = T.parse_args(["--model", str(qwen_vocab_model_dir), "--steps", "1", "--max-new-tokens", "4",
                         "--out", str(tmp_path / "run")])
     assert (cfg.dataset, cfg.subject, cfg.num_problems, cfg.template) == ("math_train", "Algebra", 50, "base")
-    train, val, _ = T.load_pools(cfg)
+    train, val, _ = P.load_pools(cfg)
     assert len(train) == 50 and all(p["subject"] == "Algebra" for p in train + val) and len(val) == cfg.val_size
     run = T.train(cfg)
     m = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])

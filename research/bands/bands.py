@@ -396,16 +396,17 @@ class BandsConfig:
     model: str = arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
     k: int = arg(8, "samples per problem (the group size G the bands are for)", aliases=("-k",))
     temperature: float = arg(1.0, "sampling temperature (> 0)")
-    top_p: float = arg(1.0, "nucleus sampling mass")
-    max_new_tokens: int = arg(2048, "generation budget per sample")
-    limit: int | None = arg(None, "only the first N problems of each data set")
+    top_p: float = arg(1.0, "nucleus sampling mass", range="(0, 1]")
+    max_new_tokens: int = arg(2048, "generation budget per sample", range="[1, inf)")
+    limit: int | None = arg(None, "only the first N problems of each data set", range="[1, inf)")
     group_by: str = arg("source", "problem field for the per-group counts and the held-out split")
-    heldout_per_group: int = arg(25, "problems held out from each group for evaluation during training")
+    heldout_per_group: int = arg(25, "problems held out from each group for evaluation during training",
+                                 range="[0, inf)")
     seed: int = arg(0, "sampling seed (each batch is seeded with seed + the index of its first problem)")
     heldout_seed: int = arg(0, "seed of the held-out choice, apart from --seed so that reruns share it")
     template: str = arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
     batch_size: int = arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
-                               "row's place goes to a waiting problem); records are flushed after each call")
+                               "row's place goes to a waiting problem); records are flushed after each call", range="[1, inf)")
     dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                             choices=("float32", "bfloat16", "float16"))
     device: str = arg("", "cuda, cuda:N or cpu ('': cuda when available)")
@@ -431,17 +432,12 @@ def flag_defaults(first):
 
 def check_config(cfg):
     """Refuse flag values that cannot run, naming the flag."""
-    cli.check_choices(cfg)
+    cli.check_fields(cfg)
     cli.check_device(cfg.device)
-    if not 0 < cfg.top_p <= 1:
-        raise ValueError(f"--top-p must be in (0, 1], got {cfg.top_p}")
     if cfg.k < 2:
         raise ValueError(f"-k must be at least 2 (with one sample no problem can be mixed), got {cfg.k}")
     if cfg.temperature <= 0:
         raise ValueError(f"--temperature must be > 0 (greedy samples are all the same), got {cfg.temperature}")
-    for name in ("max_new_tokens", "batch_size", "limit"):
-        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     repeated = [d for d, n in Counter(cfg.dataset).items() if n > 1]
     if repeated:
         raise ValueError(f"--dataset {repeated[0]} is given twice")

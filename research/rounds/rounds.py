@@ -75,53 +75,60 @@ class RoundsConfig:
     model: str = arg(checkpoint.DEFAULT_MODEL, "pi_0: Hugging Face repo id, local checkpoint directory, or 'tiny'")
     dataset: str = arg("math_train", "training pool (deliberation and distillation)")
     subject: str = arg("", "keep only problems of this subject ('' keeps all)")
-    num_problems: int = arg(500, "the first N problems of the pool deliberate each round (0: all)")
+    num_problems: int = arg(500, "the first N problems of the pool deliberate each round (0: all)", range="[0, inf)")
     val_dataset: str = arg("", "validation set (default: carved from the pool, --val-size problems)")
-    val_size: int = arg(200, "validation problems carved from the pool when --val-dataset is not given")
-    val_limit: int = arg(0, "evaluate only the first N validation problems (0: all)")
+    val_size: int = arg(200, "validation problems carved from the pool when --val-dataset is not given",
+                        range="[0, inf)")
+    val_limit: int = arg(0, "evaluate only the first N validation problems (0: all)", range="[0, inf)")
     test_dataset: str = arg("", "evaluated after the last round only, never used for a choice ('' skips)")
-    test_limit: int = arg(0, "evaluate only the first N test problems (0: all)")
-    template: str = arg("base", "prompt template: base, chat, chat_think")
-    grader: str = arg("answer", "answer (verify.grade) or steps (verify.check_steps: the worked lines too)")
+    test_limit: int = arg(0, "evaluate only the first N test problems (0: all)", range="[0, inf)")
+    template: str = arg("base", "prompt template", choices=P.TEMPLATES)
+    grader: str = arg("answer", "answer (verify.grade) or steps (verify.check_steps: the worked lines too)",
+                      choices=verify.GRADERS)
     eval_group_by: str = arg("subject", "accuracy per value of this problem field ('' skips)")
     # System 2: deliberation on the training pool
     rounds: int = arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation "
-                          "(0: only evaluate --model in both modes, e.g. a baseline's checkpoint)")
-    samples: int = arg(8, "k: samples per training problem")
-    temperature: float = arg(1.0, "sampling temperature of deliberation and of the deliberate evaluation")
-    top_p: float = arg(1.0, "nucleus sampling mass of the same")
-    max_new_tokens: int = arg(512, "the fast budget: greedy evaluation (the baselines' protocol)")
-    slow_max_new_tokens: int = arg(0, "the deliberation budget per sample (0: --max-new-tokens)")
+                          "(0: only evaluate --model in both modes, e.g. a baseline's checkpoint)", range="[0, inf)")
+    samples: int = arg(8, "k: samples per training problem", range="[1, inf)")
+    temperature: float = arg(1.0, "sampling temperature of deliberation and of the deliberate evaluation",
+                             range="(0, inf)")
+    top_p: float = arg(1.0, "nucleus sampling mass of the same", range="(0, 1]")
+    max_new_tokens: int = arg(512, "the fast budget: greedy evaluation (the baselines' protocol)", range="[1, inf)")
+    slow_max_new_tokens: int = arg(0, "the deliberation budget per sample (0: --max-new-tokens)", range="[0, inf)")
     deliberation: str = arg("sample", "sample: k whole samples; decompose (tiny ladder only): each sample is a chain of "
-                                      "calls of the policy on sub-problems of at most --chunk-ops operations")
-    chunk_ops: int = arg(3, "decompose: operations per sub-problem (the rungs the fast policy already solves)")
-    adaptive_samples: int = arg(0, "adaptive k: this many more samples for problems with no verified trace yet (0: off)")
+                                      "calls of the policy on sub-problems of at most --chunk-ops operations", choices=DELIBERATIONS)
+    chunk_ops: int = arg(3, "decompose: operations per sub-problem (the rungs the fast policy already solves)",
+                         range="[1, inf)")
+    adaptive_samples: int = arg(0, "adaptive k: this many more samples for problems with no verified trace yet (0: off)",
+                                range="[0, inf)")
     fresh: bool = arg(False, "round r deliberates on the r-th block of --num-problems pool problems, not the same "
                              "first N every round")
     frontier: float = arg(0.0, "one new rung at a time (the ladder): each round uses the first --num-problems pool "
-                               "problems of level <= 1 + the last rung the fast policy solves at >= this (0: off)")
+                               "problems of level <= 1 + the last rung the fast policy solves at >= this (0: off)", range="[0, 1]")
     # selection
-    selection: str = arg("distinct", "all: first c accepted; distinct: first c distinct texts; shortest: the c shortest")
-    max_traces: int = arg(4, "c: at most this many selected traces per problem")
+    selection: str = arg("distinct", "all: first c accepted; distinct: first c distinct texts; shortest: the c shortest",
+                         choices=SELECTIONS)
+    max_traces: int = arg(4, "c: at most this many selected traces per problem", range="[1, inf)")
     # System 1: distillation
-    distil_from: str = arg("continue", "continue: train pi_r; restart: train pi_0 on round r's traces (ReST-EM)")
-    lr: float = arg(1e-5, "AdamW learning rate of distillation")
-    epochs: int = arg(2, "passes over the selected traces")
-    batch_size: int = arg(32, "traces per distillation update")
-    warmup_steps: int = arg(0, "linear warmup updates of distillation")
+    distil_from: str = arg("continue", "continue: train pi_r; restart: train pi_0 on round r's traces (ReST-EM)",
+                           choices=DISTIL_FROM)
+    lr: float = arg(1e-5, "AdamW learning rate of distillation", range="[0, inf)")
+    epochs: int = arg(2, "passes over the selected traces", range="[1, inf)")
+    batch_size: int = arg(32, "traces per distillation update", range="[1, inf)")
+    warmup_steps: int = arg(0, "linear warmup updates of distillation", range="[0, inf)")
     schedule: str = arg("constant", "distillation lr after warmup: constant, cosine or linear decay to 0",
                         choices=("constant", "cosine", "linear"))
-    weight_decay: float = arg(0.0, "AdamW weight decay")
-    grad_clip: float = arg(1.0, "max gradient norm (0: no clipping)")
-    micro_batch_tokens: int = arg(4096, "padded tokens per forward/backward micro-batch")
+    weight_decay: float = arg(0.0, "AdamW weight decay", range="[0, inf)")
+    grad_clip: float = arg(1.0, "max gradient norm (0: no clipping)", range="[0, inf)")
+    micro_batch_tokens: int = arg(4096, "padded tokens per forward/backward micro-batch", range="[1, inf)")
     # optional RL phase between distillation and evaluation (train_rl.train)
-    rl_steps: int = arg(0, "Dr. GRPO steps from the distilled policy each round (0: none)")
-    rl_lr: float = arg(1e-5, "RL learning rate")
-    rl_problems_per_step: int = arg(16, "RL: problems per step")
-    rl_group_size: int = arg(8, "RL: samples per problem")
+    rl_steps: int = arg(0, "Dr. GRPO steps from the distilled policy each round (0: none)", range="[0, inf)")
+    rl_lr: float = arg(1e-5, "RL learning rate", range="[0, inf)")
+    rl_problems_per_step: int = arg(16, "RL: problems per step", range="[1, inf)")
+    rl_group_size: int = arg(8, "RL: samples per problem", range="[1, inf)")
     # evaluation and run
-    eval_samples: int = arg(0, "k of the deliberate evaluation (majority vote, pass@k; 0: --samples)")
-    eval_batch_size: int = arg(64, "problems per generate call")
+    eval_samples: int = arg(0, "k of the deliberate evaluation (majority vote, pass@k; 0: --samples)", range="[0, inf)")
+    eval_batch_size: int = arg(64, "problems per generate call", range="[1, inf)")
     seed: int = arg(0, "seed of deliberation sampling, distillation order and the deliberate evaluation")
     device: str = arg("", "cuda or cpu (default: cuda when available)")
     out: str = arg("runs/rounds", "run directory")
@@ -141,39 +148,18 @@ def flag_defaults(first):
 
 
 def check_config(cfg):
-    """Refuse settings that cannot run, naming the flag."""
-    for name in ("samples", "max_new_tokens", "max_traces", "epochs", "batch_size", "micro_batch_tokens",
-                 "eval_batch_size", "rl_problems_per_step", "rl_group_size"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    for name in ("rounds", "num_problems", "val_limit", "test_limit", "slow_max_new_tokens", "adaptive_samples", "rl_steps", "eval_samples",
-                 "warmup_steps", "lr", "rl_lr", "weight_decay", "grad_clip"):
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.selection not in SELECTIONS:
-        raise ValueError(f"--selection must be one of {', '.join(SELECTIONS)}, got {cfg.selection!r}")
-    if cfg.deliberation not in DELIBERATIONS:
-        raise ValueError(f"--deliberation must be one of {', '.join(DELIBERATIONS)}, got {cfg.deliberation!r}")
-    if cfg.deliberation == "decompose" and (cfg.grader != "steps" or cfg.chunk_ops < 1):
+    """Refuse settings that cannot run, naming the flag (each flag's own range and choices are on its field)."""
+    cli.check_fields(cfg)
+    if cfg.deliberation == "decompose" and cfg.grader != "steps":
         raise ValueError("--deliberation decompose splits tiny-world expressions: it needs --grader steps (the tiny "
-                         f"ladder) and --chunk-ops >= 1, got --grader {cfg.grader} --chunk-ops {cfg.chunk_ops}")
-    if cfg.frontier and not (0 < cfg.frontier <= 1 and cfg.eval_group_by == "level" and cfg.val_dataset):
+                         f"ladder), got --grader {cfg.grader}")
+    if cfg.frontier and not (cfg.eval_group_by == "level" and cfg.val_dataset):
         raise ValueError(f"--frontier {cfg.frontier} reads the fast accuracy per level: it needs a value in (0, 1], "
                          f"--eval-group-by level and a --val-dataset, got {cfg.eval_group_by!r}, {cfg.val_dataset!r}")
     if cfg.fresh and (not cfg.num_problems or cfg.frontier):
         raise ValueError(f"--fresh takes the round's block of --num-problems problems: it needs --num-problems > 0 "
                          f"and no --frontier, got --num-problems {cfg.num_problems} --frontier {cfg.frontier}")
-    if cfg.distil_from not in DISTIL_FROM:
-        raise ValueError(f"--distil-from must be one of {', '.join(DISTIL_FROM)}, got {cfg.distil_from!r}")
-    if cfg.grader not in verify.GRADERS:
-        raise ValueError(f"--grader must be one of {', '.join(verify.GRADERS)}, got {cfg.grader!r}")
-    if cfg.template not in P.TEMPLATES:
-        raise ValueError(f"--template must be one of {', '.join(P.TEMPLATES)}, got {cfg.template!r}")
-    cli.check_choices(cfg)
     cli.check_device(cfg.device)
-    if cfg.temperature <= 0 or not 0 < cfg.top_p <= 1:
-        raise ValueError(f"--temperature must be > 0 (deliberation samples) and --top-p in (0, 1], got "
-                         f"{cfg.temperature} and {cfg.top_p}")
     if (cfg.eval_samples or cfg.samples) < 2:
         raise ValueError(f"--eval-samples {cfg.eval_samples} (0: --samples {cfg.samples}) must be >= 2: the deliberate "
                          f"mode votes over k samples")
@@ -181,7 +167,7 @@ def check_config(cfg):
 
 def load_pools(cfg):
     """(train, val, test) with train_rl's rules (MATH-500 refused in train and val); --val-limit applied."""
-    train, val, test = T.load_pools(dataclasses.replace(cfg, num_problems=0) if cfg.frontier or cfg.fresh else cfg)
+    train, val, test = P.load_pools(dataclasses.replace(cfg, num_problems=0) if cfg.frontier or cfg.fresh else cfg)
     if cfg.fresh and len(train) < cfg.rounds * cfg.num_problems:
         raise ValueError(f"--fresh: {cfg.rounds} rounds of --num-problems {cfg.num_problems} need "
                          f"{cfg.rounds * cfg.num_problems} training problems; {cfg.dataset} has {len(train)}")
@@ -522,13 +508,7 @@ def start_run(cfg, out):
     config_path = out / "config.json"
     if cfg.resume:
         runs.check_out(out, "rounds", resume=True)
-        saved = runs.read_json_object(config_path)
-        if not saved:
-            raise FileNotFoundError(f"--resume: {config_path} is missing or not a JSON object; nothing to resume")
-        diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
-                if k not in RESUMABLE and saved.get(k) != v}
-        if diff:
-            raise ValueError(f"--resume: settings differ from {config_path} (saved, now): {diff}")
+        runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE)
     runs.claim(out, "rounds", resume=cfg.resume)  # held until this process ends
     runs.write_json(config_path, dict(dataclasses.asdict(cfg), code_version=runs.code_version()))
     return runs.read_log(out / "rounds.jsonl", repair=True)
@@ -627,7 +607,9 @@ def run(cfg):
     pools = load_pools(cfg)  # bad data fail before the run directory is written
     checkpoint.resolve_model_dir(cfg.model)
     tokenizer = checkpoint.load_tokenizer(cfg.model)
-    check_prompts_fit(pools, tokenizer, cfg)
+    context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)).max_position_embeddings
+    P.check_prompts_fit(zip((cfg.dataset, cfg.val_dataset or "validation", cfg.test_dataset), pools), tokenizer,
+                        cfg.template, max(cfg.max_new_tokens, cfg.slow_max_new_tokens), context)
     rows = start_run(cfg, out)
     device = cfg.device or M.default_device()
     torch.manual_seed(cfg.seed)
@@ -661,19 +643,6 @@ def retire_test(out, last):
         os.replace(out / "test", out / tested / "test")
         if (out / "test.json").is_file():
             os.replace(out / "test.json", out / tested / "test.json")
-
-
-def check_prompts_fit(pools, tokenizer, cfg):
-    """Every prompt and the larger budget fit the model's context (a 1 MB problem fails here, named, not after
-    round 0 is written)."""
-    context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)).max_position_embeddings
-    budget = max(cfg.max_new_tokens, cfg.slow_max_new_tokens)
-    for rows, name in zip(pools, (cfg.dataset, cfg.val_dataset or "validation", cfg.test_dataset)):
-        for p in rows:
-            n = len(tokenizer.encode(P.format_prompt(p["problem"], cfg.template)))
-            if n + budget > context:
-                raise ValueError(f"{name}: problem {p['id']!r} has a {n}-token prompt, which with a {budget}-token "
-                                 f"budget exceeds the model's {context}-token context; drop it or lower the budget")
 
 
 def main(argv=None):
