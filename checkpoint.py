@@ -292,11 +292,22 @@ def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
     return model.eval()
 
 
+def save_tensors(tensors, path, metadata=None):
+    """safetensors' save_file, with a full disk raised as the OSError it is (cli prints it as one line)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as e:
+        if "No space" in str(e) or "StorageFull" in str(e) or "Quota" in str(e):
+            raise OSError(28, "No space left on device", str(path)) from None
+        raise
+
+
 def save_model(model, path, tokenizer=None):
     """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename). A looped
     model adds loop.safetensors (its gates, embeddings and adapters) and says model_type "looped_qwen3" in
     config.json, so transformers refuses it rather than loading the shared weights as a plain model."""
-    from safetensors.torch import save_file
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -305,9 +316,9 @@ def save_model(model, path, tokenizer=None):
         if model.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)  # Hugging Face stores a tied head once, as the embedding
         extra = {k: state.pop(k) for k in list(state) if k.startswith("loop.")}  # looped depth's own tensors
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_tensors(state, tmp / "model.safetensors", {"format": "pt"})
         if extra:
-            save_file(extra, str(tmp / looped.LOOP_FILE), metadata={"format": "pt"})
+            save_tensors(extra, tmp / looped.LOOP_FILE, {"format": "pt"})
         config = model.config.to_hf_dict()
         config["torch_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -154,8 +154,6 @@ def error_line(e):
                 f"(nothing was left half-written)")
     if isinstance(e, EXPECTED_ERRORS):
         return str(e)
-    if type(e).__name__ == "SafetensorError" and ("No space" in str(e) or "StorageFull" in str(e)):
-        return "no space left on device while writing a safetensors file; free space and rerun with --resume"
     return None
 
 

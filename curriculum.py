@@ -38,8 +38,8 @@ REWARDS = ("verifier", "random", "format")  # the true reward, and the two contr
 @dataclass
 class SelectionConfig:
     """train_rl.py's problem-selection and replay flags (train_rl.Config inherits them)."""
-    select: str = arg("uniform", "uniform (an epoch's permutation) or pass_rate (weights p(1-p), Bae et al. 2025; "
-                                 "GRESO skips, Zheng et al. 2025)", choices=SELECTIONS)
+    select: str = arg("uniform", "uniform (an epoch's permutation) or pass_rate (weights p(1-p), Bae et al. 2025; GRESO "
+                                 "skips, Zheng et al. 2025)", choices=SELECTIONS)
     pass_rate_floor: float = arg(0.01, "pass_rate: the least weight of any problem, so none is starved",
                                  range="(0, 0.25]")
     skip_window: int = arg(2, "pass_rate: skip a problem whose last N groups were all right or all wrong (0: never)",

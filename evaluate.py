@@ -57,8 +57,8 @@ from stats import bootstrap_paired, mcnemar_exact, pass_at_k, wilson
 
 # settings that change the numbers: a resumed run must match all of them
 PROTOCOL_KEYS = ("model", "dataset", "dtype", "template", "max_new_tokens", "samples", "temperature", "top_p", "seed",
-                 "grader", "loop")
-OLD_PROTOCOL = {"grader": "answer", "loop": ""}  # what a settings.json written before a key existed meant
+                 "grader", "loop", "hint")
+OLD_PROTOCOL = {"grader": "answer", "loop": "", "hint": False}  # what a settings.json written before a key existed meant
 
 # -----------------------------------------------------------------------------
 # Records: one JSON line per problem, appended per batch, so a killed run resumes
@@ -206,13 +206,14 @@ def use_slots(model):
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
              temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None,
-             compile=False, grader="answer", dispersion=False, continuous=None):
+             compile=False, grader="answer", dispersion=False, continuous=None, hint=False):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
     With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}.
     With dispersion and samples > 1, each record gets its samples' embedding_dispersion. `continuous` picks the
     sampler's continuous batching over chunks (default: use_slots); the records are the same either way.
-    `progress` True (or a label for it) prints a progress line with an ETA on stderr."""
+    `progress` True (or a label for it) prints a progress line with an ETA on stderr. `hint` states each problem's
+    answer in its prompt (problems.hinted: rationalization, training problems only; never part of an evaluation)."""
     if samples > 1 and temperature == 0:
         raise ValueError(f"samples={samples} needs temperature > 0: greedy samples are all the same")
     ids = [p["id"] for p in problems]
@@ -227,7 +228,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
                     batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile, grader=grader,
-                    loop=looped.loop_spec(model.config))  # looped depth (model.py): '' for a plain model
+                    loop=looped.loop_spec(model.config), hint=hint)  # looped depth: '' for a plain model
     t0, unverified = time.time(), sum(verify.ERRORS.values())
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
@@ -236,7 +237,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     per_call = CALL_BATCHES * batch_size if continuous else batch_size
     for start in range(0, len(todo), per_call):
         batch = todo[start:start + per_call]
-        prompts = [tokenizer.encode(P.format_prompt(p["problem"], template)) for _, p in batch]
+        prompts = [tokenizer.encode(P.format_prompt((P.hinted(p) if hint else p)["problem"], template)) for _, p in batch]
         t = time.time()
         completions = sample.generate(model, prompts, max_new_tokens, temperature=temperature, top_p=top_p,
                                       n=samples, stop_token_ids=stop, pad_id=tokenizer.pad_id,
@@ -532,7 +533,8 @@ class EvalConfig:
                                 choices=("float32", "bfloat16", "float16"))
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
     batch_size: int = run_arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
-                                  "row's place goes to a waiting problem); records are flushed after each call", range="[1, inf)")
+                                  "row's place goes to a waiting problem); records are flushed after each call",
+                              range="[1, inf)")
     compile: bool = run_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
     out: str | None = run_arg(None, "output directory (default runs/eval/<model>-<dataset>)")
 
@@ -586,6 +588,7 @@ def main(argv=None):
     runs.check_out(out, "eval", resume=True)
     tokenizer = checkpoint.load_tokenizer(cfg.model)
     if cfg.responses:
+        read_responses(cfg.responses, problems)  # a malformed file fails before --out is made
         runs.claim(out, "eval", resume=True)  # held until this process ends
         _, summary = grade_responses(cfg.responses, problems, tokenizer, cfg.template, out, cfg.dataset,
                                      cfg.group_by, cfg.grader)

@@ -230,10 +230,10 @@ class ObjectiveConfig:
     objective: str = arg("drgrpo", "a row of OBJECTIVES (python objectives.py prints the table)",
                          choices=OBJECTIVES)  # the live table: rows a fork adds too
     epochs_per_batch: int = arg(1, "mu: updates per batch of rollouts (> 1 uses the clipped ratio)", range="[1, inf)")
-    clip_low: float | None = arg(None, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high) "
-                                       "(default: the objective's, else 0.2)", range="[0, inf)")
-    clip_high: float | None = arg(None, "ratio clip range above 1 (default: the objective's, e.g. DAPO's "
-                                        "clip-higher 0.28, else 0.2)", range="[0, inf)")
+    clip_low: float | None = arg(None, "ratio clip range below 1: clip(rho, 1 - clip_low, 1 + clip_high) (default: the "
+                                       "objective's, else 0.2)", range="[0, inf)")
+    clip_high: float | None = arg(None, "ratio clip range above 1 (default: the objective's, e.g. DAPO's clip-higher "
+                                        "0.28, else 0.2)", range="[0, inf)")
     kl_coef: float = arg(0.0, "beta of the KL to the frozen initial policy (0: no KL and no reference model)",
                          range="[0, inf)")
     kl_estimator: str = arg("k3", "KL estimator per token", choices=("k1", "k2", "k3"))
@@ -245,8 +245,8 @@ class ObjectiveConfig:
                                 range="[0, inf)")
     overlong_buffer: int = arg(0, "DAPO soft overlong penalty: the last N tokens of the budget ramp the reward to -1 "
                                   "(0: off)", range="[0, inf)")
-    dynamic_sampling: bool | None = arg(None, "DAPO: draw more problems until P groups have mixed correctness "
-                                              "(default: the objective's, on for dapo)")
+    dynamic_sampling: bool | None = arg(None, "DAPO: draw more problems until P groups have mixed correctness (default: "
+                                              "the objective's, on for dapo)")
     max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step", range="[1, inf)")
     positive_weight: float = arg(0.1, "w_reinforce: lambda, the advantage of a right answer (a wrong one gets -1)")
     passk_k: int = arg(4, "passk: the k of the pass@k the advantage maximizes (1 <= k < group size)")

@@ -31,6 +31,9 @@ DATASETS = {
     "tiny_ladder_train": "tiny_ladder_train.jsonl",  # the tiny world's ladder: rungs of 2-6 operations
     "tiny_ladder_val": "tiny_ladder_val.jsonl",
     "tiny_ladder_test": "tiny_ladder_test.jsonl",
+    "tiny_ladder_far_train": "tiny_ladder_far_train.jsonl",  # the far rungs, 7-8 operations: no solution ever shown
+    "tiny_ladder_far_val": "tiny_ladder_far_val.jsonl",
+    "tiny_ladder_far_test": "tiny_ladder_far_test.jsonl",
 }
 HELD_OUT = "math500"
 
@@ -62,15 +65,25 @@ def parse_json_line(path, lineno, line):
 
 
 def read_jsonl(path):
-    """(line number, object) for every non-blank line of a JSONL file."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    """(line number, object) for every non-blank line of a JSONL file, read as UTF-8 with or without a BOM; a line
+    that is not UTF-8 is an error naming the file and line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                                 f"save the file as UTF-8") from None
             if line.strip():
                 yield lineno, parse_json_line(path, lineno, line)
 
 
 def load_problems(name_or_path, limit=None):
-    """Rows of a dataset as dicts with at least id, source, problem, answer (errors name file and line)."""
+    """Rows of a dataset as dicts with at least id, source, problem, answer (errors name file and line). Names joined
+    by + are concatenated (tiny_ladder_val+tiny_ladder_far_val); limit applies to the whole."""
+    if "+" in str(name_or_path) and not Path(name_or_path).is_file():
+        rows = [row for part in str(name_or_path).split("+") for row in load_problems(part)]
+        return rows[:limit] if limit is not None else rows
     path = dataset_path(name_or_path)
     name = name_or_path if name_or_path in DATASETS else path.stem
     rows = []
@@ -176,6 +189,17 @@ def format_prompt(problem, template="base"):
 
 
 TEMPLATES = ("base", "chat", "chat_think")
+
+# STaR's rationalization (Zelikman et al. 2022, sec. 3.2): the answer stated after the problem, so the model writes a
+# solution that reaches it. The same line for every template, in words the tiny world's characters spell.
+HINT = "\n\nfinal answer: {answer}"
+
+
+def hinted(problem):
+    """The problem dict with its answer stated after the problem text: for deliberation on TRAINING problems only
+    (research/rounds --rationalize); an evaluation never sees one, and the traces it yields are trained on without
+    it."""
+    return dict(problem, problem=problem["problem"].strip() + HINT.format(answer=str(problem["answer"]).strip()))
 
 
 def check_prompts_fit(named_sets, tokenizer, template, budget, context):

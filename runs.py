@@ -237,6 +237,18 @@ def logged_totals(path, last_step):
 # What a training run prints
 
 
+def set_threads(threads, device):
+    """--threads N, and a warning when other jobs already keep the cores busy: there one thread per core makes a
+    tiny-world step 4.8x slower than one thread (benchmarks/bench_threads.py, 2 cores)."""
+    if threads:
+        torch.set_num_threads(threads)
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if device == "cpu" and not threads and torch.get_num_threads() > 1 and load >= 0.5:
+        print(f"note: the load average is {load:.1f} on {cores} cores, so other jobs are running; with "
+              f"{torch.get_num_threads()} torch threads each step can be several times slower than with "
+              f"--threads 1 (benchmarks/bench_threads.py)", flush=True)
+
+
 def print_config(cfg, run_dir, device, n_train, n_val, n_params):
     """The settings that shape the run, in a few lines (config.json has every one), and the progress line's legend."""
     print(f"run        {run_dir}, seed {cfg.seed}, {device} ({torch.get_num_threads()} CPU threads); every setting in "
@@ -272,7 +284,6 @@ def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=Non
     """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON) + the data
     state (selection.json: pass-rate table, replay buffer), atomically. Every rank calls it (FSDP gathers
     shards, a collective); rank 0 writes."""
-    from safetensors.torch import save_file
     weights, opt_state = D.gathered_state(policy, optimizer) if D.is_sharded(policy) else (None, optimizer.state_dict())
     if D.this_rank() != 0:
         return
@@ -284,7 +295,7 @@ def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=Non
         tensors = {f"state.{i}.{k}": v.contiguous().cpu() for i, s in opt_state["state"].items() for k, v in s.items()}
         if D.has_lora(policy):
             tensors.update({f"adapter.{k}": v.contiguous().cpu() for k, v in lora.adapter_state_dict(policy).items()})
-        save_file(tensors, str(tmp / "trainer_state.safetensors"))
+        checkpoint.save_tensors(tensors, tmp / "trainer_state.safetensors")
         meta = dict(step=step, param_groups=opt_state["param_groups"], config=dataclasses.asdict(cfg))
         (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
         if selection:

@@ -2,10 +2,13 @@
 The embedded tiny world: a synthetic arithmetic task, a character-level tokenizer and a ~0.8M-parameter
 Qwen3 pretrained on it, so the whole RLVR loop runs on a laptop CPU in minutes with no download.
 
-    python tiny.py               # rebuild data/tiny_*.jsonl (the splits and the ladder) and tiny_model/ from the seed
-    python tiny.py --data-only   # only the data files
+    python tiny.py --force       # rebuild data/tiny_*.jsonl (the splits and the ladder) and tiny_model/ from the seed
+    python tiny.py --data-only   # only the data files (unchanged ones are rewritten as they are)
+    python tiny.py --out runs/tiny_rebuild --data-dir runs/tiny_data   # a new build beside the committed one
     python tiny.py --init tiny --steps 300 --lr 3e-4 --warmup 20 --min-lr-frac 1 \
-        --long-4 0.04 --long-5 0.2 --long-6 0.25 --out tiny_ladder_model   # the ladder's start (--model tiny-ladder)
+        --long-4 0.04 --long-5 0.2 --long-6 0.25 --out tiny_ladder_model --force   # the ladder's start (tiny-ladder)
+
+Without --force it refuses, before writing anything, to overwrite a checkpoint in --out or to change a data file.
 
 The task: 2-3 operations (+, -, *) over integers 1-99 (factors of * are 2-9), applied left to right, with
 parentheses where precedence needs them, e.g. `(37 + 12) * 2 - 45`; every intermediate value stays in
@@ -18,7 +21,7 @@ rungs of 2-6 operations (LADDER_LEVELS; level = operations), from its own random
 turns row by row, texts disjoint from each other and from the three splits above. tiny_model/'s pretraining
 shows only 2-3 operations, and from it no rung above 3 is ever reached; the ladder starts from tiny-ladder,
 which has seen a few thousand longer solutions (--init, below). Guess-proofing: the ladder's grader is
-check_steps, which pays only for the problem's own chain (computed from the problem text, parsed, never
+verify.check_steps, which pays only for the problem's own chain (computed from the problem text, parsed, never
 evaluated) followed by its box, and it is the ladder's reward and validation rule (--grader steps). Chosen
 over a wider answer range because that would also change every step's arithmetic (pretraining on values up to
 999 failed, see below), while answers in 0..99 under verify.grade alone pay a guess about 1 time in 100 per
@@ -85,6 +88,8 @@ SPLIT_SIZES = {"test": 500, "val": 500, "train": 20000}  # generated in this ord
 LADDER_LEVELS = (2, 3, 4, 5, 6)  # the ladder's rungs: operations per problem, beyond what pretraining shows
 LADDER_MAX_NEW_TOKENS = 128  # a 6-operation solution is ~90 tokens; prompt + budget stay well inside 512
 LADDER_SIZES = {"test": 200, "val": 100, "train": 2000}  # problems per rung, generated in this order
+FAR_LEVELS = (7, 8)  # rungs no checkpoint was shown a solution of: questions and answers only (tiny_ladder_far_*)
+FAR_SIZES = {"test": 200, "val": 100, "train": 1000}  # problems per rung; an 8-line chain is <= 117 tokens: budget 128
 
 
 def make_problem(rng, n_ops):
@@ -136,12 +141,12 @@ def new_problem(rng, n_ops, seen):
             return p
 
 
-def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
+def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS, stream=None):
     """The ladder's splits {"ladder_" + name: rows}: sizes[name] problems per rung, the rungs taking turns (so
     the first N rows, --num-problems N, are uniform over the rungs), texts distinct across the splits and
     absent from `exclude` (the texts of make_splits). Its own random stream leaves make_splits' as it was."""
     sizes = sizes or LADDER_SIZES
-    rng, seen, splits = random.Random(f"ladder-{seed}"), set(exclude), {}
+    rng, seen, splits = random.Random(stream or f"ladder-{seed}"), set(exclude), {}
     for name, n in sizes.items():
         rows = []
         while len(rows) < n * len(levels):
@@ -151,6 +156,16 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS):
                              problem=p["problem"], answer=p["answer"], level=level, solution=p["solution"]))
         splits["ladder_" + name] = rows
     return splits
+
+
+def make_far(seed, exclude):
+    """The far rungs' splits {"ladder_far_" + name: rows} at FAR_LEVELS, as make_ladder builds its own, from their own
+    random stream, texts absent from `exclude`. Nothing ever trains on their worked solutions: a policy that solves
+    one has learnt a rung no checkpoint was shown."""
+    rows = make_ladder(seed, FAR_SIZES, exclude, FAR_LEVELS, stream=f"far-{seed}")
+    return {name.replace("ladder_", "ladder_far_"): [
+        {**{k: v for k, v in r.items() if k != "solution"}, "id": r["id"].replace("tiny_ladder_", "tiny_ladder_far_"),
+         "source": "tiny_ladder_far"} for r in split] for name, split in rows.items()}
 
 
 def make_long(seed, levels, exclude, n=5000):
@@ -235,8 +250,8 @@ class TinyConfig:
     weight_decay: float = arg(0.1, "AdamW weight decay on matrices", range="[0, inf)")
     bare_2: float = arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
     bare_3: float = arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
-    long_4: float = arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made reachable by construction)",
-                        range="[0, 1]")
+    long_4: float = arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made reachable "
+                             "by construction)", range="[0, 1]")
     long_5: float = arg(0.0, "the same for 5 operations", range="[0, 1]")
     long_6: float = arg(0.0, "the same for 6 operations", range="[0, 1]")
     eval_every: int = arg(250, "steps between greedy accuracy checks on the first 200 validation problems",
@@ -245,10 +260,13 @@ class TinyConfig:
     data_dir: str = arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
     threads: int = arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)",
                        range="[1, inf)")
-    rope_theta: float = arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional encoding (NoPE)",
-                            range="(0, inf)")
-    init: str = arg("", "continue this checkpoint (e.g. tiny) with its own tokenizer instead of a new model: a mid-training")
+    rope_theta: float = arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional "
+                                        "encoding (NoPE)", range="(0, inf)")
+    init: str = arg("", "continue this checkpoint (its weights and tokenizer, e.g. tiny) instead of building a new "
+                        "model: a mid-training, as tiny_ladder_model/ was made")
     data_only: bool = arg(False, "write the data files and stop")
+    force: bool = arg(False, "overwrite an existing --out checkpoint, or data files that would change (the committed "
+                             "tiny_model/ and data/ took 25 minutes to build)")
 
 
 PROMPT_HEAD = format_prompt("{problem}").split("{problem}")[0]  # the template text before the problem
@@ -417,16 +435,35 @@ def check_config(cfg):
         raise ValueError(f"--long-4 + --long-5 + --long-6 must be at most 1, got {cfg.long_4 + cfg.long_5 + cfg.long_6}")
 
 
-def main(argv=None):
-    cfg = parse_config(TinyConfig, argv, __doc__.split("\n\n")[0].strip())
-    check_config(cfg)
-    print(json.dumps(asdict(cfg), indent=2))
-    torch.set_num_threads(cfg.threads)
-    t0 = time.time()
+def check_overwrites(cfg, out, data_dir, splits):
+    """Refuse, before anything is written, to overwrite a checkpoint or to change data files without --force (the
+    data are a function of the seed, so rewriting them unchanged is allowed); and read --init's model first."""
+    if cfg.init:
+        checkpoint.read_config(checkpoint.resolve_model_dir(cfg.init))
+        checkpoint.load_tokenizer(cfg.init)
+    if cfg.force:
+        return
+    if not cfg.data_only and (out / "model.safetensors").is_file():
+        raise FileExistsError(f"--out {out}: holds a checkpoint already; pass --force to rebuild it, or give another "
+                              f"--out")
+    for name, rows in splits.items():
+        path = data_dir / f"tiny_{name}.jsonl"
+        if path.is_file() and path.read_text(encoding="utf-8") != "".join(json.dumps(r) + "\n" for r in rows):
+            raise FileExistsError(f"--data-dir {data_dir}: {path.name} holds other problems than --seed {cfg.seed} "
+                                  f"makes; pass --force to overwrite it, or give another --data-dir")
 
+
+def main(argv=None):
+    cfg = parse_config(TinyConfig, argv, __doc__.split("\n\n")[0].strip(), prog="tiny.py")
+    check_config(cfg)
     out, data_dir = checkpoint.REPO_DIR / cfg.out, checkpoint.REPO_DIR / cfg.data_dir  # absolute paths stay as given
     splits = make_splits(cfg.seed)
     ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
+    ladder.update(make_far(cfg.seed, exclude={r["problem"] for rows in {**splits, **ladder}.values() for r in rows}))
+    check_overwrites(cfg, out, data_dir, {**splits, **ladder})
+    print(json.dumps(asdict(cfg), indent=2))
+    torch.set_num_threads(cfg.threads)
+    t0 = time.time()
     data_dir.mkdir(parents=True, exist_ok=True)
     write_splits({**splits, **ladder}, data_dir)
     print(f"wrote {', '.join(f'tiny_{k}.jsonl ({len(v)})' for k, v in {**splits, **ladder}.items())} to {data_dir}")

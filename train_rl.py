@@ -61,7 +61,8 @@ class Config(ObjectiveConfig, SelectionConfig):
     in curriculum.py, the rest here."""
     HELP_GROUPS = ("model and data", "reward", "objective", "sampling", "problem selection and replay",
                    "optimization", "run")  # the order --help shows them in
-    model: str = data_arg(checkpoint.DEFAULT_MODEL, "Hugging Face repo id, local checkpoint directory, tiny or tiny-ladder")
+    model: str = data_arg(checkpoint.DEFAULT_MODEL, "Hugging Face repo id, local checkpoint directory, tiny or "
+                                                    "tiny-ladder")
     dataset: str = data_arg("math_train", "training pool: a data set name (problems.py) or a .jsonl path")
     subject: str = data_arg("Algebra", "keep only problems of this subject ('' keeps all)")
     num_problems: int = data_arg(50, "train on the first N problems of the pool (0: all)", range="[0, inf)")
@@ -97,13 +98,16 @@ class Config(ObjectiveConfig, SelectionConfig):
     fsdp: bool = optim_arg(False, "under torchrun: shard parameters, gradients and optimizer state (FSDP2)")
     lora_rank: int = optim_arg(0, "LoRA rank (0: full fine-tuning)", range="[0, inf)")
     lora_alpha: float = optim_arg(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
-    loop: str = optim_arg("", "looped depth START:END:N: layers [START, END) run N times, weights shared, gates "
-                              "zero so training starts from exactly --model (looped.py; '': plain)")
+    loop: str = optim_arg("", "looped depth START:END:N: layers [START, END) run N times, weights shared, gates zero so "
+                              "training starts from exactly --model (looped.py; '': plain)")
     loop_lr: float = optim_arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr)", range="[0, inf)")
     loop_lora_rank: int = optim_arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)",
                                     range="[0, inf)")
     seed: int = run_arg(0, "seed for data order, sampling and initialization")
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
+    threads: int = run_arg(0, "torch CPU threads (0: one per core); on a machine another job keeps busy, 1 is faster "
+                              "(benchmarks/bench_threads.py); the count moves float rounding, so a resume keeps it",
+                           range="[0, inf)")
     out: str = run_arg("", "run directory ('': runs/<objective>-<model>)")
     resume: bool = run_arg(False, "continue the run in --out from its last checkpoint")
     save_every: int = run_arg(25, "checkpoint every N steps (0: only at the end)", range="[0, inf)")
@@ -484,6 +488,7 @@ def train(cfg):
     """Run (or, with --resume, continue) the training described by cfg; returns the run directory."""
     check_config(cfg)
     device = D.setup_distributed(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    runs.set_threads(cfg.threads, device)
     run_dir = Path(cfg.out or f"runs/{cfg.objective}-{Path(cfg.model).name}")
     runs.check_out(run_dir, "train", cfg.resume)
     if cfg.resume:
@@ -588,10 +593,10 @@ def train(cfg):
 
 def flag_defaults(first):
     """Defaults that depend on other flags: the tiny world's (--model tiny or a model trained from it) and its
-    ladder's (--dataset tiny_ladder_train); flags given still win. (An objective's paper defaults are
+    ladder's (--dataset tiny_ladder_train, or any tiny_ladder pool); flags given still win. (An objective's paper defaults are
     ObjectiveConfig's own, so Python gets them too.)"""
     out = dict(TINY_DEFAULTS) if checkpoint.is_tiny_world(first.model) else {}
-    out.update(LADDER_DEFAULTS if Path(first.dataset).stem == "tiny_ladder_train" else {})
+    out.update(LADDER_DEFAULTS if Path(first.dataset).stem.startswith("tiny_ladder") else {})
     return out
 
 

@@ -2,8 +2,8 @@
 One report for any set of runs: a markdown table per question, with 95% intervals, seeds and compute, and
 PNG plots beside it.
 
-    python research/report.py runs/rep/* --out runs/rep/report          # train_rl.py, evaluate.py, bands.py dirs
-    python research/report.py runs/a runs/b --by objective,lr            # describe runs by these settings
+    python research/report.py runs/rep/* --out runs/rep/report   # train_rl.py, evaluate.py, bands.py, rounds.py
+    python research/report.py runs/a runs/b --by objective,lr     # describe runs by these settings
 
 Every number comes from the files a run directory holds, read by one small function per kind of directory
 (READERS): a train_rl.py run (config.json, metrics.jsonl, final/), an evaluate.py output (settings.json,
@@ -28,6 +28,7 @@ import json
 import math
 import struct
 import sys
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -46,11 +47,14 @@ from research.bands import bands as B  # noqa: E402
 
 @dataclass
 class ReportConfig:
-    out: str = arg("runs/report", "directory for report.md, report.json and the PNGs")
+    out: str = arg("runs/report", "directory for report.md, report.json and the PNGs", group="output",
+                   metavar="DIR")
     by: str = arg("", "comma-separated settings that describe a run (default: those that differ between the runs "
-                      "given); runs equal in them but for the seed are aggregated, so list seed to keep seeds apart")
-    dpi: int = arg(100, "PNG resolution (each figure's size in inches is fixed)")
-    plots: bool = arg(True, "draw the PNGs (needs matplotlib; --no-plots writes the tables only)")
+                      "given); runs equal in them but for the seed are aggregated, so list seed to keep seeds apart",
+                  group="what a run is", metavar="KEY,...")
+    dpi: int = arg(100, "PNG resolution in dots per inch, 1 to 600 (each figure's size in inches is fixed)",
+                   group="output", range="[1, 600]")
+    plots: bool = arg(True, "draw the PNGs (needs matplotlib; --no-plots writes the tables only)", group="output")
 
 
 @dataclass
@@ -545,9 +549,11 @@ def report_markdown(runs, keys, plots):
 # -----------------------------------------------------------------------------
 # Plots (matplotlib, optional)
 
-CURVES = (("reward_mean", "reward"), ("accuracy", "rollout accuracy"), ("response_tokens_mean", "response tokens"),
-          ("entropy", "entropy per token"))
+# (metrics key, y label, kind): a "rate" lies in [0, 1], a "count" gets integer ticks
+CURVES = (("reward_mean", "reward", "value"), ("accuracy", "rollout accuracy", "rate"),
+          ("response_tokens_mean", "response tokens", "count"), ("entropy", "entropy per token", "value"))
 SEED_STYLES = ("-", "--", ":", "-.")
+TITLE_CHARS = 150  # a title line's length at 10 pt across a 12-inch figure
 
 
 def png_size(path):
@@ -556,6 +562,16 @@ def png_size(path):
     if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
         raise ValueError(f"{path}: not a PNG image")
     return struct.unpack(">II", head[16:24])
+
+
+def listing(items, width):
+    """Items joined by commas, cut to `width` characters with a count of the rest ("a, b and 5 more")."""
+    k = len(items)
+    text = ", ".join(items)
+    while len(text) > width and k > 1:
+        k -= 1
+        text = ", ".join(items[:k]) + f" and {len(items) - k} more"
+    return text
 
 
 def draw_family(ax, series, color, styles):
@@ -569,52 +585,101 @@ def draw_family(ax, series, color, styles):
         ax.fill_between(xs.mean(0), np.nanmin(ys, 0), np.nanmax(ys, 0), color=color, alpha=0.18, lw=0)
 
 
-def legend_entries(families, colors, styles):
+def settle_ylim(ax, rate):
+    """A constant series (all zero, say) gets a y axis that reads, instead of matplotlib's +-5% around it (-0.055
+    to 0.055 for zeros): 0 to 1 for a rate in [0, 1] and for zeros, else 10% either side, which stays above 0 for
+    positive data. Points on the edge (0 or 1) are drawn whole."""
+    ys = np.concatenate([np.asarray(line.get_ydata(), float) for line in ax.lines] or [np.array([])])
+    ys = ys[np.isfinite(ys)]
+    if not len(ys) or ys.max() - ys.min() > 1e-9 * max(1.0, abs(ys.max())):
+        return
+    c = float(ys.max())
+    lo, hi = (0.0, 1.0) if c == 0 or (rate and 0 <= c <= 1) else (c - 0.1 * abs(c), c + 0.1 * abs(c))
+    ax.set_ylim(lo, hi)
+    for line in ax.lines:
+        line.set_clip_on(False)
+
+
+def legend_entries(families, colors, styles, results=None):
     """A legend that stays readable with many runs: one entry per family (its colour), one per seed (its line
-    style), and one per incomplete run, instead of one per run."""
+    style), one per test marker drawn (before and after training), and one per incomplete run, instead of one per
+    run."""
     from matplotlib.lines import Line2D
-    entries = [(Line2D([], [], color=colors[j % len(colors)], lw=2), what if what != "-" else group[0].name)
+    entries = [(Line2D([], [], color=colors[j % len(colors)], lw=2),  # runs alike but for the seed: their names
+                what if what != "-" else listing([r.name for r in group], 40))
                for j, ((_, what, _), group) in enumerate(families.items())]
     if len(styles) > 1:
         entries += [(Line2D([], [], color="black", ls=style, lw=1.2), f"seed {seed}") for seed, style in styles.items()]
+    for after, text in ((False, "test accuracy before training (open)"),
+                        (True, "test accuracy after training (filled)")):
+        if any(a == after for marks in (results or {}).values() for *_, a in marks):
+            entries.append((Line2D([], [], color="black", ls="none", marker="s", mfc="black" if after else "none"),
+                            text))
     entries += [(Line2D([], [], color="black", lw=0.7), f"{r.name} (incomplete, thin)")
                 for group in families.values() for r in group if not r.complete]
     return entries
 
 
-def curve_figure(plt, runs, keys, panels, dpi):
-    """Rows of panels (y label, {run: (steps, flops, values)}), each against step and cumulative FLOPs."""
+def curve_figure(plt, runs, keys, panels, dpi, title=(), results=None):
+    """Rows of panels (y label, {run: (steps, flops, values)}, kind), each against step and cumulative FLOPs, under
+    `title` (its lines) and the legend. results ({run: test marks}, result_marks) are drawn as squares in the run's
+    colour on the first rate panel, at step 0 (open) and the last step (filled)."""
+    from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(len(panels), 2, figsize=(12, 3.2 * len(panels)), dpi=dpi, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     families = seed_groups(runs, keys)
     seeds = sorted({r.seed for r in runs}, key=str)
     styles = {seed: SEED_STYLES[i % len(SEED_STYLES)] for i, seed in enumerate(seeds)}
-    for row, (ylabel, data) in zip(axes, panels):
+    marked = next((i for i, (_, _, kind) in enumerate(panels) if kind == "rate"), None) if results else None
+    for i, (row, (ylabel, data, kind)) in enumerate(zip(axes, panels)):
         for j, group in enumerate(families.values()):
-            for ax, xi, xlabel in ((row[0], 0, "step"), (row[1], 1, "cumulative FLOPs (sampling + training)")):
-                series = [(r, data[r.name][xi], data[r.name][2]) for r in group if r.name in data]
-                draw_family(ax, series, colors[j % len(colors)], styles)
-                ax.set_xlabel(xlabel)
-                if xi == 0:
-                    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-                ax.set_ylabel(ylabel)
-                ax.grid(alpha=0.3)
-    handles, labels = zip(*legend_entries(families, colors, styles))
+            color = colors[j % len(colors)]
+            for ax, xi in zip(row, (0, 1)):
+                draw_family(ax, [(r, data[r.name][xi], data[r.name][2]) for r in group if r.name in data], color,
+                            styles)
+                marks = [m for r in group for m in results.get(r.name, ())] if i == marked else []
+                for step, flops, accuracy, after in marks:
+                    ax.plot([(step, flops)[xi]], [accuracy], ls="none", marker="s", ms=6, color=color,
+                            mfc=color if after else "none", zorder=3)
+        for ax, xlabel in zip(row, ("step", "cumulative FLOPs (sampling + training)")):
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            if xlabel == "step":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if kind == "count":
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            settle_ylim(ax, kind == "rate")
+    handles, labels = zip(*legend_entries(families, colors, styles, results))
     # columns as wide as the longest label allows at 9 pt (~0.07 inch a character, 0.8 for the line sample)
     ncol = max(1, min(3, int(fig.get_figwidth() // (0.07 * max(map(len, labels)) + 0.8))))
-    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=9, frameon=False)
     height = fig.get_figheight()  # fixed margins in inches (tight_layout costs seconds per figure)
+    title = [line for line in title if line]
+    above = 0.22 * len(title) + 0.1 if title else 0.0
+    if title:
+        fig.suptitle("\n".join(title), y=1 - 0.08 / height, va="top", fontsize=10)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1 - above / height), ncol=ncol,
+               fontsize=9, frameon=False)
     legend = 0.25 * math.ceil(len(labels) / ncol) + 0.15
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.55 / height, top=1 - legend / height, wspace=0.22,
-                        hspace=0.75 / 3.2)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.55 / height, top=1 - (above + legend) / height,
+                        wspace=0.22, hspace=0.75 / 3.2)
     return fig
 
 
 def training_panels(runs):
+    """training.png's rows. The reward row only where some run's reward differs from its rollout accuracy (a
+    format penalty, --reward random or format); by default they are equal and the accuracy row says so."""
     train = [r for r in runs if r.metrics]
-    panels = [(label, {r.name: ([m["step"] for m in r.metrics], [m["flops"] for m in r.metrics],
-                                [m.get(key, float("nan")) for m in r.metrics]) for r in train})
-              for key, label in CURVES]
+    same = all(m.get("reward_mean") is not None and m.get("accuracy") is not None and
+               math.isclose(m["reward_mean"], m["accuracy"], rel_tol=0, abs_tol=1e-12)
+               for r in train for m in r.metrics)
+    panels = []
+    for key, label, kind in CURVES:
+        if key == "reward_mean" and same:
+            continue
+        panels.append((label + (" (= reward)" if key == "accuracy" and same else ""),
+                       {r.name: ([m["step"] for m in r.metrics], [m["flops"] for m in r.metrics],
+                                 [m.get(key, float("nan")) for m in r.metrics]) for r in train}, kind))
     return panels if train else []
 
 
@@ -625,16 +690,52 @@ def validation_panels(runs):
     if not vals:
         return []
     panels = [("val accuracy", {k: ([e.step for e in v], [flops[k][e.step] for e in v], [e.accuracy for e in v])
-                                for k, v in vals.items()})]
+                                for k, v in vals.items()}, "rate")]
     for g in sorted({g for v in vals.values() for e in v for g in e.per_group}):
         panels.append((f"val accuracy, {g}", {k: ([e.step for e in v], [flops[k][e.step] for e in v],
                                                   [e.per_group.get(g, (0, 0, float("nan")))[2] for e in v])
-                                              for k, v in vals.items()}))
+                                              for k, v in vals.items()}, "rate"))
     return panels
+
+
+def result_marks(runs):
+    """{run: [(step, FLOPs, accuracy, after)]}: the test accuracy train_rl.py logs before training (step 0) and
+    after its last step, the run's result, for the markers on the accuracy panels."""
+    results = {}
+    for r in runs:
+        flops = {0: 0, **{m["step"]: m["flops"] for m in r.metrics}}
+        last = r.metrics[-1]["step"] if r.metrics else None
+        marks = [(e.step, flops[e.step], e.accuracy, e.step != 0) for e in r.evals
+                 if e.split == "test" and e.step in (0, last)]
+        if marks:
+            results[r.name] = marks
+    return results
+
+
+def results_line(runs, keys, results):
+    """ "test accuracy before -> after training: a 42.4% -> 51.6%, ...": per run for up to 4 runs, else per
+    family, the mean over its complete runs that have both."""
+    def accuracy(marks, after):
+        return next((a for _, _, a, is_after in marks if is_after == after), None)
+    if not results:
+        return ""
+    if len(runs) <= 4:
+        items = [f"{r.name} {pct(accuracy(results[r.name], False))} → {pct(accuracy(results[r.name], True))}"
+                 for r in runs if r.name in results]
+    else:
+        items = []
+        for (_, what, _), group in seed_groups(runs, keys).items():
+            both = [results[r.name] for r in group if r.complete and len(results.get(r.name, ())) == 2]
+            if both:
+                mean = lambda after: float(np.mean([accuracy(m, after) for m in both]))  # noqa: E731
+                items.append(f"{what if what != '-' else 'all'} {pct(mean(False))} → {pct(mean(True))} "
+                             f"(mean of {len(both)})")
+    return "test accuracy before → after training: " + listing(items, TITLE_CHARS - 40) if items else ""
 
 
 def bands_figure(plt, runs, dpi):
     """Stacked band counts, one bar per run and group (all, then each group)."""
+    from matplotlib.ticker import MaxNLocator
     fig, ax = plt.subplots(figsize=(10, 5), dpi=dpi)
     colors = dict(all_zero="#c44e52", mixed="#55a868", all_one="#4c72b0")
     bars = [(f"{r.name}\n{g}", st) for r in runs for g, st in [
@@ -646,24 +747,51 @@ def bands_figure(plt, runs, dpi):
         bottoms += counts
     ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
     ax.set_ylabel("problems")
-    ax.set_title("bands: problems with 0 of k, some, or k of k samples right")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"bands of {listing([r.name for r in runs], 60)}: problems with 0 of k, some, or k of k samples "
+                 f"right", fontsize=10)
     ax.legend()
     fig.tight_layout()
     return fig
 
 
 def rounds_figure(plt, runs, dpi):
+    from matplotlib.ticker import MaxNLocator
     fig, ax = plt.subplots(figsize=(8, 5), dpi=dpi)
     for r in runs:
         rounds = [x["round"] for x in r.rounds]
         for key, style in (("fast_correct", "-o"), ("deliberate_correct", "--s")):
             ax.plot(rounds, [x[key] / x["n"] for x in r.rounds], style, label=f"{r.name}, {key.split('_')[0]}")
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("accuracy")
+    settle_ylim(ax, rate=True)
+    ax.set_title(f"rounds: {listing([r.name for r in runs], 70)}", fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def figures(plt, runs, keys, dpi):
+    """{file name: figure} for the runs: training.png and validation.png for train_rl.py runs, bands.png, rounds.png;
+    each titled with the runs it draws."""
+    figs, trained = {}, [r for r in runs if r.metrics]
+    # legends name the settings that differ between the runs drawn (kind=train would say nothing)
+    drawn = [k for k in keys if len({value_text(setting(r, k)) for r in trained}) > 1]
+    results = result_marks(trained)
+    names, result = listing([r.name for r in trained], TITLE_CHARS - 25), results_line(trained, drawn, results)
+    if trained:
+        figs["training.png"] = curve_figure(plt, trained, drawn, training_panels(trained), dpi,
+                                            [f"training: {names}", result], results)
+    if validation_panels(trained):
+        figs["validation.png"] = curve_figure(plt, trained, drawn, validation_panels(trained), dpi,
+                                              [f"validation accuracy: {names}", result], results)
+    if any(r.bands for r in runs):
+        figs["bands.png"] = bands_figure(plt, [r for r in runs if r.bands], dpi)
+    if any(r.rounds for r in runs):
+        figs["rounds.png"] = rounds_figure(plt, [r for r in runs if r.rounds], dpi)
+    return figs
 
 
 def write_plots(runs, keys, out, dpi):
@@ -676,19 +804,8 @@ def write_plots(runs, keys, out, dpi):
         print("report.py: matplotlib is not installed, so no plots were drawn (pip install matplotlib, or "
               "pip install -r requirements-dev.txt); the tables are written", file=sys.stderr)
         return []
-    figures, trained = {}, [r for r in runs if r.metrics]
-    # legends name the settings that differ between the runs drawn (kind=train would say nothing)
-    drawn = [k for k in keys if len({value_text(setting(r, k)) for r in trained}) > 1]
-    if trained:
-        figures["training.png"] = curve_figure(plt, trained, drawn, training_panels(trained), dpi)
-    if validation_panels(trained):
-        figures["validation.png"] = curve_figure(plt, trained, drawn, validation_panels(trained), dpi)
-    if any(r.bands for r in runs):
-        figures["bands.png"] = bands_figure(plt, [r for r in runs if r.bands], dpi)
-    if any(r.rounds for r in runs):
-        figures["rounds.png"] = rounds_figure(plt, [r for r in runs if r.rounds], dpi)
     written = []
-    for name, fig in figures.items():
+    for name, fig in figures(plt, runs, keys, dpi).items():
         fig.savefig(out / name)
         plt.close(fig)
         written.append((out / name, png_size(out / name)))
@@ -700,8 +817,12 @@ def write_plots(runs, keys, out, dpi):
 
 
 def report(run_dirs, out, by=(), dpi=100, plots=True):
-    """Read the runs, write report.md, report.json and the PNGs into out; returns the markdown."""
+    """Read the runs, write report.md, report.json and the PNGs into out; returns the markdown. Every flag and
+    run directory is checked before anything is written."""
+    cli.check_fields(ReportConfig(str(out), ",".join(by), dpi, plots))
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: a file, not a directory")
     mine = [d for d in run_dirs if Path(d).resolve() == out.resolve()]  # `report.py runs/x/* --out runs/x/report`
     if mine:
         print(f"report.py: leaving out {mine[0]}, the report's own --out", file=sys.stderr)
@@ -727,14 +848,25 @@ def report(run_dirs, out, by=(), dpi=100, plots=True):
     return text
 
 
+def help_description():
+    """--help's text: the module docstring's first paragraph and its two example commands, a line each."""
+    first, examples = __doc__.strip().split("\n\n")[:2]
+    return textwrap.fill(" ".join(first.split()), 108) + "\n\nexamples:\n" + "\n".join(
+        "  " + line.strip() for line in examples.splitlines())
+
+
 def main(argv=None):
-    parser = cli.add_flags(argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n\n")[1],
-                                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter),
-                           ReportConfig)
-    parser.add_argument("runs", nargs="+", help="run directories (train_rl.py, evaluate.py, bands.py)")
+    parser = argparse.ArgumentParser(prog="report.py", description=help_description(),
+                                     usage="%(prog)s RUN_DIR... [--out DIR] [--by KEY,...] [--dpi N] [--no-plots]",
+                                     epilog="research/REPORT.md describes the tables and plots.",
+                                     formatter_class=cli.HelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="train_rl.py, evaluate.py, bands.py or rounds.py output directories")
+    cli.add_flags(parser, ReportConfig)
     args = vars(parser.parse_args(sys.argv[1:] if argv is None else argv))
     run_dirs = args.pop("runs")
     cfg = ReportConfig(**args)
+    cli.check_fields(cfg)
     text = report(run_dirs, cfg.out, [k for k in cfg.by.split(",") if k], cfg.dpi, cfg.plots)
     print(text)
     print(f"wrote {Path(cfg.out) / 'report.md'}", file=sys.stderr)

@@ -216,3 +216,175 @@ def test_every_train_rl_command_the_docs_show_parses_and_combines():
             T.check_config(T.parse_args(argv))
         except (SystemExit, ValueError) as e:
             raise AssertionError(f"{doc}: python train_rl.py {' '.join(argv)}: {e}") from None
+
+
+# -----------------------------------------------------------------------------
+# A new user's rough edges (issue #48): each expected error one line, nothing written on a failed start, nothing
+# deleted outside a run directory
+
+
+SCRIPTS = {"train_rl.py": T.main, "evaluate.py": E.main, "research/bands/bands.py": B.main, "tiny.py": tiny.main}
+
+
+def tiny_copy(tmp_path):
+    """A copy of the committed tiny model, as a user might point --out at by mistake."""
+    import shutil
+    shutil.copytree(checkpoint.TINY_MODEL_DIR, tmp_path / "tiny_copy")
+    return tmp_path / "tiny_copy"
+
+
+def snapshot(path):
+    return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_out_pointing_at_a_model_is_refused_and_left_intact(tmp_path, capsys):
+    model = tiny_copy(tmp_path)
+    before = snapshot(model)
+    for main, prog, argv in ((T.main, "train_rl.py", ["--model", "tiny", "--steps", "1", "--out", str(model)]),
+                             (E.main, "evaluate.py", ["--model", "tiny", "--limit", "2", "--out", str(model)]),
+                             (B.main, "bands.py", ["--model", "tiny", "--dataset", "tiny_val", "--limit", "2",
+                                                   "--heldout-per-group", "0", "--out", str(model)])):
+        code, line = run_cli(main, prog, argv, capsys)
+        assert code == 2 and "holds a model checkpoint (config.json + model.safetensors)" in line, line
+    assert snapshot(model) == before
+    checkpoint.load_model(model, device="cpu")  # still loads as a model
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--group-size", "1"], "--group-size 1: --objective drgrpo compares each sample with the rest of its group"),
+    (["--eval-every", "-1"], "--eval-every must be >= 0, got -1"),
+    (["--save-every", "-3"], "--save-every must be >= 0, got -3"),
+    (["--lr", "-1"], "--lr must be >= 0, got -1.0"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+    (["--temperature", "0"], "--temperature must be > 0, got 0.0"),
+    (["--device", "tpu"], "--device 'tpu': use cpu, cuda or cuda:N"),
+    (["--keep-checkpoints", "-1"], "--keep-checkpoints must be >= 0"),
+])
+def test_settings_that_cannot_train_are_refused_before_anything_is_written(argv, message, tmp_path, capsys):
+    code, line = run_cli(T.main, "train_rl.py", ["--model", "tiny", "--out", str(tmp_path / "run"), *argv], capsys)
+    assert code == 2 and line == f"train_rl.py: error: {message}" or message in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_cuda_device_without_cuda_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: False)
+    for main, prog in ((T.main, "train_rl.py"), (E.main, "evaluate.py")):
+        code, line = run_cli(main, prog, ["--model", "tiny", "--device", "cuda", "--out", str(tmp_path / "x")], capsys)
+        assert code == 2 and "--device cuda: this torch" in line and "sees no CUDA GPU" in line
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_validation_carve_out_that_leaves_almost_nothing_is_refused(tmp_path, capsys):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(dict(problem=f"{i} + 1", answer=str(i + 1))) + "\n" for i in range(8)))
+    code, line = run_cli(T.main, "train_rl.py", ["--model", "tiny", "--dataset", str(pool), "--val-dataset", "",
+                                                 "--num-problems", "0", "--val-size", "100",
+                                                 "--out", str(tmp_path / "run")], capsys)
+    assert code == 2 and "--val-size 100 carves 7 of" in line and "leaves 1 to train on" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bom_is_read_and_undecodable_text_is_named_by_file_and_line(tmp_path, capsys):
+    rows = [dict(problem="1 + 1", answer="2"), dict(problem="2 + 2", answer="4")]
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    assert [p["answer"] for p in P_load(bom)] == ["2", "4"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(json.dumps(rows[0]).encode() + b"\n" + b'{"problem": "\xd0", "answer": "1"}\n')
+    code, line = run_cli(E.main, "evaluate.py", ["--model", "tiny", "--dataset", str(bad), "--out",
+                                                 str(tmp_path / "e")], capsys)
+    assert code == 2 and f"{bad}:2: not UTF-8 text (byte 0xd0" in line
+    assert not (tmp_path / "e").exists()
+
+
+def P_load(path):
+    import problems
+    return problems.load_problems(str(path))
+
+
+def test_a_prompt_too_long_is_named_by_its_problem_before_anything_is_written(tmp_path, capsys):
+    pool = tmp_path / "pool.jsonl"
+    rows = [dict(id="short", problem="1 + 1", answer="2"), dict(id="huge", problem="1 + " * 300 + "1", answer="301")]
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, line = run_cli(T.main, "train_rl.py", ["--model", "tiny", "--dataset", str(pool), "--out",
+                                                 str(tmp_path / "run")], capsys)
+    assert code == 2 and "problem 'huge' has a 1" in line and "exceeds the model's 512-token context" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_config_that_is_not_an_object_or_has_a_wrong_type_is_one_line(tmp_path, capsys):
+    for text, message in (("[1, 2]", "expected a JSON object, got list"), (None, "hidden_size='128' must be int")):
+        model = tiny_copy(tmp_path / text.replace("[", "l").replace("]", "") if text else tmp_path / "typed")
+        if text is None:
+            d = json.loads((model / "config.json").read_text())
+            (model / "config.json").write_text(json.dumps(dict(d, hidden_size="128")))
+        else:
+            (model / "config.json").write_text(text)
+        for main, prog, extra in ((T.main, "train_rl.py", []), (E.main, "evaluate.py", ["--limit", "1"])):
+            code, line = run_cli(main, prog, ["--model", str(model), "--dataset", "tiny_val", "--out",
+                                              str(tmp_path / "out"), *extra], capsys)
+            assert code == 2 and message in line and "config.json" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script", ["train_rl.py", "evaluate.py", "research/bands/bands.py",
+                                    "research/rounds/rounds.py", "research/report.py"])
+def test_an_out_that_cannot_be_made_is_one_line(script, tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    out = tmp_path / "file" / "run"
+    argv = {"train_rl.py": ["--model", "tiny", "--steps", "1"], "evaluate.py": ["--model", "tiny", "--limit", "2"],
+            "research/bands/bands.py": ["--model", "tiny", "--dataset", "tiny_val", "--limit", "2",
+                                        "--heldout-per-group", "0"],
+            "research/rounds/rounds.py": ["--model", "tiny", "--dataset", "tiny_ladder_train", "--rounds", "0",
+                                          "--val-limit", "2", "--samples", "2", "--test-dataset", ""],
+            "research/report.py": [str(an_evaluation(tmp_path))]}[script]
+    r = subprocess.run([sys.executable, str(ROOT / script), *argv, "--out", str(out)], capture_output=True, text=True,
+                       cwd=tmp_path, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{Path(script).name}: error: ") and "not a directory" in last, last
+
+
+def an_evaluation(tmp_path):
+    E.main(["--model", "tiny", "--limit", "2", "--out", str(tmp_path / "eval")])
+    return tmp_path / "eval"
+
+
+def test_ctrl_c_saves_then_exits_130_and_resume_continues(tmp_path):
+    """SIGINT mid-run: a checkpoint of the finished steps, exit status 130 (so `train && evaluate` stops)."""
+    import signal
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "train_rl.py"), "--model", "tiny", "--steps", "40", "--problems-per-step", "2",
+           "--save-every", "0", "--test-dataset", "", "--eval-every", "0", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    for line in proc.stdout:
+        if line.startswith("step 2/"):
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted: checkpoint after step" in rest and "Traceback" not in err
+    assert runs_latest(out) is not None
+
+
+def runs_latest(out):
+    import runs
+    return runs.latest_checkpoint(out)
+
+
+def test_help_shows_the_defaults_in_force_each_once_in_groups(capsys):
+    with pytest.raises(SystemExit):
+        T.parse_args(["--model", "tiny", "--help"])
+    text = capsys.readouterr().out
+    assert "--steps N" in text and "(default: 60)" in text and "(default: 0.0001)" in text  # the tiny world's
+    assert "\nmodel and data:\n" in text and "\nobjective:\n" in text and "\nrun:\n" in text
+    assert "{grpo,drgrpo,dapo,gspo,cispo,rloo,reinforce_pp,w_reinforce,passk}" in text
+    assert all(line.count("(default:") <= 1 for line in text.splitlines())  # never two defaults on one flag
+    assert "brings the tiny world's defaults" in text  # the epilog names what each world brings
+
+
+def test_tiny_py_refuses_to_overwrite_the_committed_build(capsys):
+    code, line = run_cli(tiny.main, "tiny.py", [], capsys)
+    assert code == 2 and "holds a checkpoint already; pass --force" in line
+    code, line = run_cli(tiny.main, "tiny.py", ["--data-only", "--seed", "1"], capsys)
+    assert code == 2 and "holds other problems than --seed 1 makes; pass --force" in line

@@ -27,10 +27,12 @@ def shell_commands(text):
     out = []
     for block in text.split("```")[1::2]:
         for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #")[0].strip()
-            while (loop := re.match(r"for (\w+) in (\S+)[^;]*;\s*do\s+", line)):
-                line = line[loop.end():].replace(f"${loop.group(1)}", loop.group(2))
-            parts = [p.strip() for p in line.split(";") if p.strip() and p.strip() != "done"]
+            line, parts = line.strip(), [line.strip()]
+            if line.startswith("for ") or "; done" in line:  # a loop's body holds no quoted `;` or `#`
+                line = line.split(" #")[0]
+                while (loop := re.match(r"for (\w+) in (\S+)[^;]*;\s*do\s+", line)):
+                    line = line[loop.end():].replace(f"${loop.group(1)}", loop.group(2))
+                parts = [p.strip() for p in line.split(";") if p.strip() and p.strip() != "done"]
             for part in parts:
                 part = part.strip().split(" && ")[-1]
                 if part.startswith("python") or part.startswith("torchrun"):

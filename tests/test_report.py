@@ -249,14 +249,20 @@ def test_by_settings_describe_runs_and_seed_keeps_seeds_apart(tmp_path, data):
     assert {r["n seeds"] for r in t["Across seeds"]} == {"2"}
 
 
-def test_bands_table_counts_the_bands_file(tmp_path):
-    run = tmp_path / "bands"
-    run.mkdir()
+def hand_bands_run(root, name="bands"):
+    """A bands.py output written by hand: 8 problems of k = 4 in levels 2 and 3; returns (directory, rows)."""
+    run = Path(root) / name
+    run.mkdir(parents=True)
     rows = [dict(id=f"b{i}", group=str(2 + i % 2), answer="1", k=4, n_correct=c, band=R.B.band(c, 4))
             for i, c in enumerate([0, 1, 4, 2, 0, 3, 4, 1])]
     write_jsonl(run / "bands.jsonl", rows)
     settings = dict(model="m", dataset="d", temperature=1.0, group_by="level")
     (run / "bands_summary.json").write_text(json.dumps(dict(group_by="level", settings=settings, wall_time_s=2.0)))
+    return run, rows
+
+
+def test_bands_table_counts_the_bands_file(tmp_path):
+    run, rows = hand_bands_run(tmp_path)
     t = tables(R.report([run], tmp_path / "out"))
     table = t["Bands: `bands`"]
     for row in table:
@@ -305,6 +311,124 @@ def test_without_matplotlib_the_tables_are_still_written(tmp_path, data, monkeyp
     R.report([hand_train_run(tmp_path, "r", data)], tmp_path / "out")
     assert "pip install matplotlib" in capsys.readouterr().err
     assert (tmp_path / "out" / "report.md").is_file() and not list((tmp_path / "out").glob("*.png"))
+
+
+def test_a_bad_flag_value_ends_in_one_line_naming_the_flag_and_nothing_is_written(tmp_path, capsys):
+    good = hand_eval_run(tmp_path, "e", [1, 0])
+    out = tmp_path / "out"
+    for flags, message in ((["--dpi", "0"], "--dpi must be in [1, 600], got 0"),
+                           (["--dpi", "601"], "--dpi must be in [1, 600], got 601"),
+                           (["--by", "nosuch"], "--by nosuch: no run given has that setting"),
+                           (["--out", str(good / "records.jsonl")], f"--out {good / 'records.jsonl'}: a file, not")):
+        with pytest.raises(SystemExit) as e:
+            R.cli.run_main(lambda: R.main([str(good), "--out", str(out), *flags]), "report.py")
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and err.startswith(f"report.py: error: {message}") and "\n" not in err
+        assert not out.exists()
+    with pytest.raises(ValueError, match=r"--dpi must be in \[1, 600\], got 0"):  # also when called from Python
+        R.report([good], out, dpi=0)
+    assert not out.exists() and sorted(p.name for p in good.iterdir()) == ["records.jsonl", "settings.json",
+                                                                            "summary.json"]
+
+
+def test_help_is_a_description_then_one_example_command_a_line_then_the_flags_by_group(capsys):
+    with pytest.raises(SystemExit) as e:
+        R.main(["--help"])
+    text = capsys.readouterr().out
+    assert e.value.code == 0 and text.startswith("usage: report.py RUN_DIR...")
+    commands = [line.strip() for line in text.splitlines() if "research/report.py" in line]
+    assert len(commands) == 2 and all(c.startswith("python research/report.py runs/") for c in commands)
+    assert text.count("options:") == 1 and "\noutput:\n" in text and "\nwhat a run is:\n" in text
+    assert "1 to 600" in text and "(default: )" not in text and max(map(len, text.splitlines())) <= 110
+
+
+@pytest.fixture
+def plt():
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot
+    yield matplotlib.pyplot
+    matplotlib.pyplot.close("all")
+
+
+def hand_rounds_run(name="rounds-a"):
+    return R.Run(Path(name), "rounds", {}, 0, rounds=[dict(round=i, n=10, fast_correct=3 + i, deliberate_correct=6 + i)
+                                                     for i in range(3)])
+
+
+def test_training_png_has_a_reward_row_only_where_reward_differs_from_accuracy(tmp_path, data, plt):
+    same = hand_train_run(tmp_path, "same", data, seed=0)  # hand_train_run: reward = accuracy + seed / 100
+    differs = hand_train_run(tmp_path, "differs", data, seed=1)
+    for runs, panels in (([same], 3), ([differs], 4), ([same, differs], 4)):
+        out = tmp_path / f"out-{len(runs)}-{panels}"
+        R.report(runs, out, dpi=50)
+        assert R.png_size(out / "training.png") == (600, int(50 * 3.2 * panels))
+    fig = R.figures(plt, [R.read_run(same)], [], 50)["training.png"]
+    assert [ax.get_ylabel() for ax in fig.axes[::2]] == ["rollout accuracy (= reward)", "response tokens",
+                                                         "entropy per token"]
+
+
+def test_each_figure_is_titled_with_its_runs_and_the_accuracy_panels_mark_the_test_result(tmp_path, data, plt):
+    runs = [R.read_run(hand_train_run(tmp_path, f"drgrpo-s{s}", data, seed=s, test=(0.2, 0.6 + 0.2 * s)))
+            for s in (0, 1)]
+    every = [*runs, R.read_run(hand_bands_run(tmp_path)[0]), hand_rounds_run()]
+    figs = R.figures(plt, every, R.describing_keys(every), 50)
+    assert set(figs) == {"training.png", "validation.png", "bands.png", "rounds.png"}
+    for name, fig in figs.items():
+        title = fig.get_suptitle() or fig.axes[0].get_title()
+        drawn = {"bands.png": ["bands"], "rounds.png": ["rounds-a"]}.get(name, ["drgrpo-s0", "drgrpo-s1"])
+        assert all(n in title for n in drawn), (name, title)
+    for name in ("training.png", "validation.png"):
+        fig = figs[name]
+        assert "test accuracy before → after training: drgrpo-s0 20.0% → 60.0%, drgrpo-s1 20.0% → 80.0%" in \
+            fig.get_suptitle()
+        squares = lambda ax: sorted((float(x.get_xdata()[0]), float(x.get_ydata()[0]),  # noqa: E731
+                                     x.get_markerfacecolor() != "none") for x in ax.lines if x.get_marker() == "s")
+        marked = [ax for ax in fig.axes if ax.get_ylabel() in ("rollout accuracy", "val accuracy")]
+        step_ax, flops_ax = marked  # the accuracy row (the reward row is above it in training.png: they differ)
+        rest = [ax for ax in fig.axes if ax not in marked]
+        assert squares(step_ax) == [(0, 0.2, False), (0, 0.2, False), (3, 0.6, True), (3, 0.8, True)]
+        assert squares(flops_ax) == [(0, 0.2, False), (0, 0.2, False), (3e9, 0.6, True), (3e9 * 1.1, 0.8, True)]
+        assert not any(squares(ax) for ax in rest)
+        legend = [x.get_text() for x in fig.legends[0].get_texts()]
+        assert "test accuracy before training (open)" in legend and "test accuracy after training (filled)" in legend
+    # more than four runs: the title gives each setting's mean over its seeds
+    six = [R.read_run(hand_train_run(tmp_path / "six", f"{o}-s{s}", data, seed=s, objective=o,
+                                     test=(0.2, 0.4 + 0.2 * s))) for o in ("drgrpo", "grpo") for s in range(3)]
+    assert R.results_line(six, ["objective"], R.result_marks(six)) == (
+        "test accuracy before → after training: objective=drgrpo 20.0% → 60.0% (mean of 3), "
+        "objective=grpo 20.0% → 60.0% (mean of 3)")
+
+
+def test_an_all_zero_or_constant_series_gets_an_axis_that_reads_and_is_not_negative(tmp_path, data, plt):
+    run = hand_train_run(tmp_path, "flat", data)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    write_jsonl(run / "metrics.jsonl", [dict(m, reward_mean=0.0, accuracy=0.0, entropy=0.0, response_tokens_mean=12.0)
+                                        if "reward_mean" in m else m for m in lines])
+    flat = R.read_run(run)
+    fig = R.curve_figure(plt, [flat], [], R.training_panels([flat]), 50)
+    limits = {ax.get_ylabel(): tuple(map(float, ax.get_ylim())) for ax in fig.axes}
+    lo, hi = limits.pop("response tokens")
+    assert 0 < lo < 12 < hi and hi - lo < 5  # a constant: a margin around it, above 0
+    assert set(limits.values()) == {(0.0, 1.0)}  # all zero: rollout accuracy (a rate) and entropy
+    val = R.figures(plt, [flat], [], 50)["validation.png"]
+    assert {ax.get_ylabel(): ax.get_ylim() for ax in val.axes}["val accuracy, level=2"] == (0, 1)  # always 100%
+
+
+def test_axes_that_count_have_integer_ticks(tmp_path, data, plt):
+    every = [R.read_run(hand_train_run(tmp_path, "r", data)), R.read_run(hand_bands_run(tmp_path)[0]),
+             hand_rounds_run()]
+    figs = R.figures(plt, every, [], 50)
+    step_column = figs["training.png"].axes[::2]
+    tokens = next(ax for ax in step_column if ax.get_ylabel() == "response tokens")  # 11, 12, 13: a mean of counts
+    counting = dict(steps=[ax.xaxis for ax in step_column + figs["validation.png"].axes[::2]],
+                    tokens=[tokens.yaxis], rounds=[figs["rounds.png"].axes[0].xaxis],
+                    problems=[figs["bands.png"].axes[0].yaxis])
+    for what, axes in counting.items():
+        for axis in axes:
+            lo, hi = sorted(axis.get_view_interval())
+            ticks = [float(t) for t in axis.get_ticklocs() if lo - 1e-9 <= t <= hi + 1e-9]
+            assert len(ticks) >= 2 and all(t.is_integer() for t in ticks), (what, ticks)
 
 
 def test_tiny_real_runs_report_what_their_files_say(tmp_path, char_model_dir, monkeypatch, data):

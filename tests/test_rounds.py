@@ -502,3 +502,65 @@ def test_temperature_mean_table_averages_both_temperatures_over_seeds_by_hand(tm
                            capture_output=True, text=True)
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.splitlines() == lines
+
+
+# -----------------------------------------------------------------------------
+# Rationalization (--rationalize) and keeping what was learnt (--replay-share)
+
+
+def test_a_hint_states_the_training_answer_and_the_tiny_tokenizer_spells_it():
+    p = dict(id="x", problem="(37 + 12) * 2 - 45", answer="53", level=3)
+    hinted = P.hinted(p)
+    assert hinted["problem"] == "(37 + 12) * 2 - 45\n\nfinal answer: 53" and p["problem"] == "(37 + 12) * 2 - 45"
+    prompt = P.format_prompt(hinted["problem"], "base")
+    assert prompt.endswith("Problem:\n(37 + 12) * 2 - 45\n\nfinal answer: 53\n\nSolution:")
+    tok = checkpoint.load_tokenizer("tiny")
+    assert tok.decode(tok.encode(prompt)) == prompt  # every character is in the tiny world's vocabulary
+    qwen = checkpoint.load_tokenizer(checkpoint.QWEN3_TOKENIZER)  # and a MATH problem with the real tokenizer
+    math = P.load_problems("math_train", 1)[0]
+    for template in P.TEMPLATES:
+        text = P.format_prompt(P.hinted(math)["problem"], template)
+        assert f"final answer: {math['answer']}" in text
+        assert qwen.decode(qwen.encode(text), skip_special_tokens=False) == text
+
+
+def test_rationalize_samples_with_hints_only_where_sampling_found_nothing(tmp_path):
+    """A round with --rationalize: the problems without a verified trace after the first k samples get hinted
+    samples (their prompts state the answer, the records say hint), the others none; every trace says where it
+    came from, the row counts traces per source and rung, and the hinted pass's compute is in the round's."""
+    out = tmp_path / "rat"
+    rows = R.main(SMALL + ["--rounds", "1", "--rationalize", "--rationalize-samples", "3", "--out", str(out)])
+    first = {r["id"]: r for r in E.read_records(out / "round_1" / "deliberate" / "records.jsonl")[0]}
+    hinted = {r["id"]: r for r in E.read_records(out / "round_1" / "deliberate_hinted" / "records.jsonl")[0]}
+    assert hinted and set(hinted) == {i for i, r in first.items() if r["n_correct"] == 0}
+    assert all(len(r["samples"]) == 3 for r in hinted.values())
+    settings = json.loads((out / "round_1" / "deliberate_hinted" / "settings.json").read_text())
+    assert settings["hint"] is True and settings["samples"] == 3
+    traces = [json.loads(x) for x in (out / "traces_1.jsonl").read_text().splitlines()]
+    assert {t["source"] for t in traces} <= {"sample", "hint"}
+    assert all(t["id"] in hinted for t in traces if t["source"] == "hint")
+    counted = {s: sum(v.values()) for s, v in rows[1]["selected_by_source"].items()}
+    assert counted == {s: sum(t["source"] == s for t in traces) for s in counted} and sum(counted.values()) == len(traces)
+    assert rows[1]["hinted_problems"] == len(hinted) and rows[1]["hinted_samples"] == 3 * len(hinted)
+    passes = [json.loads((out / "round_1" / d / "summary.json").read_text()) for d in ("deliberate", "deliberate_hinted")]
+    assert rows[1]["deliberation_flops"] == pytest.approx(sum(s["inference_flops"] for s in passes))
+    # a hinted trace is distilled with the ordinary prompt: the hint is in no training row
+    problems = {p["id"]: p for p in P.load_problems("tiny_train")}
+    tok = checkpoint.load_tokenizer("tiny")
+    for row, t in zip(R.trace_rows(traces, problems, tok, "base"), traces):
+        assert row["prompt"] == tok.encode(P.format_prompt(problems[t["id"]]["problem"], "base"))
+
+
+def test_replay_share_draws_earlier_rounds_traces_by_hand(tmp_path):
+    for q, n in ((1, 6), (2, 4)):
+        (tmp_path / f"traces_{q}.jsonl").write_text("".join(json.dumps(dict(round=q, id=f"{q}-{i}")) + "\n"
+                                                            for i in range(n)))
+    cfg = R.RoundsConfig(replay_share=0.5, seed=3)
+    assert R.replayed_traces(tmp_path, 1, 8, cfg) == []  # round 1 has no earlier round
+    picked = R.replayed_traces(tmp_path, 3, 4, cfg)  # share 0.5: one earlier trace per new one
+    assert len(picked) == 4 and len({t["id"] for t in picked}) == 4 and all(t["round"] in (1, 2) for t in picked)
+    assert picked == R.replayed_traces(tmp_path, 3, 4, cfg)  # seeded: a resumed round draws the same
+    assert len(R.replayed_traces(tmp_path, 3, 40, cfg)) == 10  # never more than there are
+    assert R.replayed_traces(tmp_path, 3, 4, R.RoundsConfig(replay_share=0.0)) == []
+    cfg = R.RoundsConfig(replay_share=0.2)
+    assert len(R.replayed_traces(tmp_path, 3, 8, cfg)) == 2  # 0.2 / 0.8 x 8

@@ -422,3 +422,27 @@ def cli_parse(config, argv, defaults):
 def test_check_steps_refuses_a_problem_that_is_not_a_tiny_expression():
     with pytest.raises(ValueError, match="grader steps"):
         verify.check_steps("\\boxed{2}", "What is $1 + 1$?", "2")
+
+
+def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_budget():
+    """Rungs 7-8 (tiny_ladder_far_*): questions and answers only, texts outside every other split, and an 8-line
+    chain within the ladder's 128-token budget; the step grader checks them as any rung."""
+    splits = tiny.make_splits(SEED)
+    ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
+    seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
+    far = tiny.make_far(SEED, exclude=seen)
+    tok = checkpoint.load_tokenizer("tiny")
+    assert set(far) == {"ladder_far_train", "ladder_far_val", "ladder_far_test"}
+    for name, rows in far.items():
+        committed = [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
+        assert committed == rows and all("solution" not in r for r in rows)
+        assert sorted({r["level"] for r in rows}) == [7, 8] and not {r["problem"] for r in rows} & seen
+        assert len(rows) == len(tiny.FAR_LEVELS) * tiny.FAR_SIZES[name.split("_")[-1]]
+        for r in rows[:50]:
+            lines, value = verify.chain(r["problem"])
+            solution = "\n".join(lines + [f"\\boxed{{{value}}}"])
+            assert str(value) == r["answer"] and verify.check_steps(solution, r["problem"], r["answer"])
+            assert len(tok.encode("\n" + solution)) + 1 <= tiny.LADDER_MAX_NEW_TOKENS
+    joined = load_problems("tiny_ladder_val+tiny_ladder_far_val")  # a pool of names joined by +
+    assert [r["id"] for r in joined] == [r["id"] for r in load_problems("tiny_ladder_val") + far["ladder_far_val"]]
+    assert len(load_problems("tiny_ladder_val+tiny_ladder_far_val", limit=510)) == 510

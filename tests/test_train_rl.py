@@ -519,3 +519,17 @@ def test_group_dispersion_is_logged_and_zero_for_identical_completions(run_setup
     mixed = same + [dict(prompt=[5, 6], tokens=[t, 9, 8]) for t in (10, 11, 12)]
     emb = diversity.completion_embeddings(policy, [r["prompt"] for r in mixed], [r["tokens"] for r in mixed])
     assert diversity.group_dispersion(policy, mixed, 3) == pytest.approx(diversity.embedding_dispersion(emb[3:]) / 2, abs=1e-6)
+
+
+def test_keep_checkpoints_keeps_the_newest_and_a_torn_log_line_resumes(run_setup, tmp_path):
+    """--keep-checkpoints 2 keeps the two newest periodic checkpoints; a metrics.jsonl whose last line was torn (a
+    full disk, a kill mid-write) resumes with the line dropped and redone, to the straight run's metrics."""
+    straight = T.train(run_setup(steps=4, save_every=1, keep_checkpoints=2, out=str(tmp_path / "straight")))
+    assert runs.checkpoint_steps(straight) == [3, 4] and (straight / "final" / "model.safetensors").is_file()
+    split = T.train(run_setup(steps=2, save_every=1, keep_checkpoints=2, out=str(tmp_path / "split")))
+    with open(split / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward_mean": 0.')  # what a write cut short leaves
+    T.train(run_setup(steps=4, save_every=1, keep_checkpoints=2, out=str(split), resume=True))
+    steady = lambda p: [{k: v for k, v in json.loads(x).items() if "second" not in k}  # noqa: E731
+                        for x in (p / "metrics.jsonl").read_text().splitlines()]
+    assert steady(split) == steady(straight)

@@ -2,27 +2,21 @@
 passes check_config), every file it names exists, every `file.py:function` it names is defined there, every
 `python -c` snippet runs, and the exercises' reference solutions (workshop/solutions/) match hand-computed values."""
 
-import argparse
 import contextlib
 import importlib.util
 import io
 import re
-import shlex
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from research.bands import bands as B
-import cli
-import evaluate as E
-from research import report as RP
-from research.rounds import rounds as R
-import train_rl as T
 import checkpoint
 import looped
 import objectives
+import test_docs
+import train_rl as T
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSHOP = ROOT / "WORKSHOP.md"
@@ -40,26 +34,9 @@ def load_file(path):
 psr = load_file("workshop/solutions/psr.py")  # importing it registers nothing (register() does)
 
 
-def code_blocks():
-    return WORKSHOP.read_text().split("```")[1::2]
-
-
 def shell_commands():
-    """Every command line of WORKSHOP.md's code blocks: continuation lines joined, `for ...; do A; B; done`
-    loops unrolled into A and B with their variables at the loop's first value, comments dropped."""
-    out = []
-    for block in code_blocks():
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.strip()
-            if not line.startswith(("python", "for ")):
-                continue
-            loop = re.match(r"for (\w+) in (\S+)[^;]*;\s*do (.*?);?\s*done\s*(#.*)?$", line)
-            if loop:
-                var, first, body = loop.group(1), loop.group(2), loop.group(3)
-                out += [part.replace(f"${var}", first).strip() for part in body.split(";") if part.strip()]
-            else:
-                out.append(line)
-    return [shlex.split(c, comments=True) for c in out]
+    """Every command line of WORKSHOP.md's code blocks, as argv lists (test_docs.shell_commands)."""
+    return test_docs.shell_commands(WORKSHOP.read_text())
 
 
 def python_commands(script=None):
@@ -68,47 +45,16 @@ def python_commands(script=None):
             and (script is None or w[1] == script)]
 
 
-def parse_train_rl(argv):
-    T.check_config(T.parse_args(argv))
-
-
-def parse_evaluate(argv):
-    if argv[:1] == ["compare"]:
-        assert len([a for a in argv[1:] if not a.startswith("-")]) == 2, "compare takes two records files"
-        return
-    E.check_config(cli.parse_config(E.EvalConfig, argv, "", defaults=E.flag_defaults))
-
-
-def parse_bands(argv):
-    if argv[:1] == ["compare"]:
-        assert len(argv) == 3, "bands.py compare A B"
-        return
-    if argv[:1] == ["table"]:
-        return
-    B.check_config(cli.parse_config(B.BandsConfig, argv, "", defaults=B.flag_defaults))
-
-
-def parse_rounds(argv):
-    R.check_config(cli.parse_config(R.RoundsConfig, argv, "", defaults=R.flag_defaults))
-
-
-def parse_report(argv):
-    parser = cli.add_flags(argparse.ArgumentParser(), RP.ReportConfig)
-    parser.add_argument("runs", nargs="+")
-    parser.parse_args(argv)
-
-
-PARSERS = {"train_rl.py": parse_train_rl, "evaluate.py": parse_evaluate, "bands.py": parse_bands,
-           "rounds.py": parse_rounds, "report.py": parse_report, "workshop/solutions/psr.py": parse_train_rl}
+PARSERS = {**test_docs.PARSERS, "workshop/solutions/psr.py": test_docs.parse_train_rl}  # the parsers the pages use
 
 
 def test_every_python_command_of_the_workshop_parses(monkeypatch):
     monkeypatch.setitem(objectives.OBJECTIVES, "psr", psr.PSR)  # what psr.py's register() does before it parses
     commands = python_commands()
-    assert len(commands) >= 15 and {s for s, _ in commands} >= set(PARSERS) - {"rounds.py"}
+    assert len(commands) >= 15 and {s for s, _ in commands} >= set(PARSERS) - {"research/rounds/rounds.py", "tiny.py"}
     for script, argv in commands:
         assert (ROOT / script).is_file(), f"WORKSHOP.md runs {script}, which does not exist"
-        if script not in PARSERS:  # benchmarks/*.py: their own argparse; the file must exist
+        if script not in PARSERS:  # research/*/*.py benchmarks: their own argparse; the file must exist
             continue
         try:
             PARSERS[script](argv)

@@ -405,8 +405,8 @@ class BandsConfig:
     seed: int = arg(0, "sampling seed (each batch is seeded with seed + the index of its first problem)")
     heldout_seed: int = arg(0, "seed of the held-out choice, apart from --seed so that reruns share it")
     template: str = arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
-    batch_size: int = arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
-                               "row's place goes to a waiting problem); records are flushed after each call", range="[1, inf)")
+    batch_size: int = arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished row's "
+                              "place goes to a waiting problem); records are flushed after each call", range="[1, inf)")
     dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                             choices=("float32", "bfloat16", "float16"))
     device: str = arg("", "cuda, cuda:N or cpu ('': cuda when available)")

@@ -99,13 +99,13 @@ def rung_table(records, rows, k):
     return table
 
 
-def reach(model_path, rows, k, budget, out_dir, batch_size=16):
+def reach(model_path, rows, k, budget, out_dir, batch_size=16, hint=False):
     """rung_table of model_path on rows, and the seconds it took; the samples are kept in out_dir (evaluate's
-    records, resumed on a rerun)."""
+    records, resumed on a rerun). With hint, each prompt states the answer (problems.hinted: rationalization)."""
     net, tokenizer = checkpoint.load_model(model_path, device="cpu"), checkpoint.load_tokenizer(model_path)
     t0 = time.time()
     records, _ = E.evaluate(net, tokenizer, rows, budget, batch_size, samples=k, temperature=1.0, out_dir=out_dir,
-                            grader="steps")
+                            grader="steps", hint=hint)
     return rung_table(records, rows, k), time.time() - t0
 
 
@@ -209,7 +209,10 @@ def main():
     ap.add_argument("part", choices=("reach", "capacity", "baseline"))
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke test, not a measurement")
     ap.add_argument("--model", default="tiny-ladder", help="the starting checkpoint (reach: the one to sample)")
-    ap.add_argument("--per-rung", type=int, default=50, help="reach: tiny_ladder_val problems per rung")
+    ap.add_argument("--per-rung", type=int, default=50, help="reach: problems per rung")
+    ap.add_argument("--dataset", default="tiny_ladder_val", help="reach: the rungs' problems (tiny_ladder_far_val: the "
+                                                                   "far rungs 7-8, which no checkpoint was shown)")
+    ap.add_argument("--hint", action="store_true", help="reach: each prompt states the answer (rationalization)")
     ap.add_argument("-k", type=int, default=64, help="reach: samples per problem")
     ap.add_argument("--sft-steps", type=int, default=400, help="capacity: SFT steps")
     ap.add_argument("--sft-lr", type=float, default=1e-3, help="capacity: peak learning rate")
@@ -228,12 +231,15 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     if args.part == "reach":
         per_rung, k = (4, 16) if args.quick else (args.per_rung, args.k)
-        rows = P.load_problems("tiny_ladder_val", per_rung * len(tiny.LADDER_LEVELS))  # the rungs take turns
-        name = "-".join(Path(args.model).parts[-2:])
-        table, seconds = reach(args.model, rows, k, tiny.LADDER_MAX_NEW_TOKENS, out / f"reach-{name}-k{k}")
-        print_reach(table, f"{args.model}: {per_rung} tiny_ladder_val problems per rung x {k} samples, temperature "
-                           f"1, {tiny.LADDER_MAX_NEW_TOKENS} new tokens ({seconds:.0f} s)")
-        (out / f"reach-{name}-k{k}" / "rungs.json").write_text(json.dumps(table, indent=1) + "\n")
+        levels = {p["level"] for p in P.load_problems(args.dataset)}
+        rows = P.load_problems(args.dataset, per_rung * len(levels))  # the rungs take turns
+        name = "-".join(Path(args.model).parts[-2:]) + ("" if args.dataset == "tiny_ladder_val" else f"-{args.dataset}")
+        where = out / f"reach-{name}-k{k}{'-hint' if args.hint else ''}"
+        table, seconds = reach(args.model, rows, k, tiny.LADDER_MAX_NEW_TOKENS, where, hint=args.hint)
+        print_reach(table, f"{args.model}: {per_rung} {args.dataset} problems per rung x {k} samples, temperature "
+                           f"1, {tiny.LADDER_MAX_NEW_TOKENS} new tokens{', hinted' if args.hint else ''} "
+                           f"({seconds:.0f} s)")
+        (where / "rungs.json").write_text(json.dumps(table, indent=1) + "\n")
     elif args.part == "capacity":
         steps, n_test = (10, 50) if args.quick else (args.sft_steps, None)
         table, seconds = capacity(args.model, steps, args.sft_lr, 64, n_test,

@@ -1,9 +1,9 @@
 """
 System 2 -> System 1 rounds: verified deliberation trains the fast policy, and the fast policy then deliberates.
 
-    python research/rounds/rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder      # the ladder, CPU
-    python research/rounds/rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 --adaptive-samples 24 \
-        --num-problems 500 --epochs 2 --rounds 5 --fresh --schedule cosine --out runs/rounds/seeded
+    python research/rounds/rounds.py --model tiny --dataset tiny_ladder_train --out runs/rounds/ladder  # the ladder, CPU
+    python research/rounds/rounds.py --model tiny-ladder --dataset tiny_ladder_train --temperature 0.5 \
+        --adaptive-samples 24 --num-problems 500 --epochs 2 --rounds 5 --fresh --schedule cosine --out runs/rounds/s
     python research/rounds/rounds.py --model Qwen/Qwen3-0.6B-Base --dataset math_train --out runs/rounds/qwen  # a GPU
 
 Round r starts from the policy pi_r (pi_0 = --model) and does, each step one plain function call:
@@ -14,15 +14,20 @@ Round r starts from the policy pi_r (pi_0 = --model) and does, each step one pla
    here; nothing at evaluation sees one). --frontier T (the ladder): the round's pool is the rungs the fast
    policy solves at >= T on validation (the previous row) and the next one, a new rung at a time. --fresh:
    round r deliberates on the r-th block of --num-problems pool problems, never on a problem seen before.
+   Rationalization (--rationalize, STaR's second half, Zelikman et al. 2022 sec. 3.2): the problems still without a
+   verified trace are sampled again with their training answer stated after the problem (problems.hinted); a trace
+   the grader accepts is distilled with the ordinary prompt. On the ladder the step check keeps a hint from paying
+   a guess: only the problem's own chain counts.
 2. Select the traces the grader accepts against the *training* answer (verify.grade, or verify.check_steps with
    --grader steps, which pays no lucky guess): at most --max-traces c per problem, rule --selection all (the
    first c accepted), distinct (the first c distinct texts) or shortest (the c shortest distinct texts);
-   counts per level are logged and the traces written to traces_N.jsonl.
+   counts per level and per source (sample, adaptive, hint) are logged and the traces written to traces_N.jsonl.
 3. Distil (System 1): next-token loss on the selected traces with the prompt tokens masked, from pi_r
    (--distil-from continue, STaR / expert iteration, Zelikman et al. 2022; Anthony et al. 2017) or from pi_0
    (--distil-from restart, ReST-EM, Singh et al. 2023). The update is train_rl.policy_update (micro-batches,
    clipping, AdamW step) with advantage 1 on every trace under the CISPO loss: at ratio 1 its weight is 1, so
    the loss is exactly the token-mean negative log-likelihood -sum(log p) / tokens (tests check the value).
+   --replay-share S keeps what was learnt: that share of the set is earlier rounds' traces, drawn at random.
 4. Optional RL (--rl-steps N): train_rl.train from the distilled policy, called as a function.
 5. Evaluate pi_{r+1} in both modes on the validation split with evaluate.evaluate: fast = the common
    protocol (greedy, one answer, --max-new-tokens); deliberate = majority vote over --eval-samples samples
@@ -41,6 +46,7 @@ evaluate.py; everything after them is recomputed), so the result equals an unint
 import dataclasses
 import json
 import os
+import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -61,7 +67,6 @@ import runs  # noqa: E402
 import sample  # noqa: E402
 import train_rl as T  # noqa: E402
 import verify  # noqa: E402
-from cli import arg  # noqa: E402
 
 SELECTIONS = ("all", "distinct", "shortest")
 DELIBERATIONS = ("sample", "decompose")
@@ -69,70 +74,83 @@ DISTIL_FROM = ("continue", "restart")
 RESUMABLE = {"rounds", "resume", "device", "out"}  # may change on --resume (a moved run too); every other setting must match
 
 
+data_arg, deliberate_arg, select_arg, distil_arg, rl_arg, run_arg = map(cli.arg_group, (
+    "model and data", "System 2: deliberation on the training pool", "selection of verified traces",
+    "System 1: distillation", "optional RL phase (train_rl.train, Dr. GRPO)", "evaluation and run"))
+
+
 @dataclass
 class RoundsConfig:
-    # model and data (the same meaning as in train_rl.py)
-    model: str = arg(checkpoint.DEFAULT_MODEL, "pi_0: Hugging Face repo id, local checkpoint directory, or 'tiny'")
-    dataset: str = arg("math_train", "training pool (deliberation and distillation)")
-    subject: str = arg("", "keep only problems of this subject ('' keeps all)")
-    num_problems: int = arg(500, "the first N problems of the pool deliberate each round (0: all)", range="[0, inf)")
-    val_dataset: str = arg("", "validation set (default: carved from the pool, --val-size problems)")
-    val_size: int = arg(200, "validation problems carved from the pool when --val-dataset is not given",
-                        range="[0, inf)")
-    val_limit: int = arg(0, "evaluate only the first N validation problems (0: all)", range="[0, inf)")
-    test_dataset: str = arg("", "evaluated after the last round only, never used for a choice ('' skips)")
-    test_limit: int = arg(0, "evaluate only the first N test problems (0: all)", range="[0, inf)")
-    template: str = arg("base", "prompt template", choices=P.TEMPLATES)
-    grader: str = arg("answer", "answer (verify.grade) or steps (verify.check_steps: the worked lines too)",
-                      choices=verify.GRADERS)
-    eval_group_by: str = arg("subject", "accuracy per value of this problem field ('' skips)")
-    # System 2: deliberation on the training pool
-    rounds: int = arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation "
-                          "(0: only evaluate --model in both modes, e.g. a baseline's checkpoint)", range="[0, inf)")
-    samples: int = arg(8, "k: samples per training problem", range="[1, inf)")
-    temperature: float = arg(1.0, "sampling temperature of deliberation and of the deliberate evaluation",
-                             range="(0, inf)")
-    top_p: float = arg(1.0, "nucleus sampling mass of the same", range="(0, 1]")
-    max_new_tokens: int = arg(512, "the fast budget: greedy evaluation (the baselines' protocol)", range="[1, inf)")
-    slow_max_new_tokens: int = arg(0, "the deliberation budget per sample (0: --max-new-tokens)", range="[0, inf)")
-    deliberation: str = arg("sample", "sample: k whole samples; decompose (tiny ladder only): each sample is a chain of "
-                                      "calls of the policy on sub-problems of at most --chunk-ops operations", choices=DELIBERATIONS)
-    chunk_ops: int = arg(3, "decompose: operations per sub-problem (the rungs the fast policy already solves)",
-                         range="[1, inf)")
-    adaptive_samples: int = arg(0, "adaptive k: this many more samples for problems with no verified trace yet (0: off)",
+    model: str = data_arg(checkpoint.DEFAULT_MODEL, "pi_0: Hugging Face repo id, local checkpoint directory, or 'tiny'")
+    dataset: str = data_arg("math_train", "training pool (deliberation and distillation)")
+    subject: str = data_arg("", "keep only problems of this subject ('' keeps all)")
+    num_problems: int = data_arg(500, "the first N problems of the pool deliberate each round (0: all)",
+                                 range="[0, inf)")
+    val_dataset: str = data_arg("", "validation set (default: carved from the pool, --val-size problems)")
+    val_size: int = data_arg(200, "validation problems carved from the pool when --val-dataset is not given",
+                             range="[0, inf)")
+    val_limit: int = data_arg(0, "evaluate only the first N validation problems (0: all)", range="[0, inf)")
+    test_dataset: str = data_arg("", "evaluated after the last round only, never used for a choice ('' skips)")
+    test_limit: int = data_arg(0, "evaluate only the first N test problems (0: all)", range="[0, inf)")
+    template: str = data_arg("base", "prompt template", choices=P.TEMPLATES)
+    grader: str = data_arg("answer", "answer (verify.grade) or steps (verify.check_steps: the worked lines too)",
+                           choices=verify.GRADERS)
+    eval_group_by: str = data_arg("subject", "accuracy per value of this problem field ('' skips)")
+    rounds: int = deliberate_arg(3, "rounds of deliberate -> select -> distil -> evaluate after round 0's evaluation "
+                                    "(0: only evaluate --model in both modes, e.g. a baseline's checkpoint)",
+                                 range="[0, inf)")
+    samples: int = deliberate_arg(8, "k: samples per training problem", range="[1, inf)")
+    temperature: float = deliberate_arg(1.0, "sampling temperature of deliberation and of the deliberate evaluation",
+                                        range="(0, inf)")
+    top_p: float = deliberate_arg(1.0, "nucleus sampling mass of the same", range="(0, 1]")
+    max_new_tokens: int = deliberate_arg(512, "the fast budget: greedy evaluation (the baselines' protocol)",
+                                         range="[1, inf)")
+    slow_max_new_tokens: int = deliberate_arg(0, "the deliberation budget per sample (0: --max-new-tokens)",
+                                              range="[0, inf)")
+    deliberation: str = deliberate_arg("sample", "sample: k whole samples; decompose (tiny ladder only): each sample is "
+                                                 "a chain of calls of the policy on sub-problems of at most --chunk-ops "
+                                                 "operations", choices=DELIBERATIONS)
+    chunk_ops: int = deliberate_arg(3, "decompose: operations per sub-problem (the rungs the fast policy already "
+                                       "solves)", range="[1, inf)")
+    adaptive_samples: int = deliberate_arg(0, "adaptive k: this many more samples for problems with no verified trace "
+                                              "yet (0: off)", range="[0, inf)")
+    rationalize: bool = deliberate_arg(False, "STaR's rationalization: problems still without a verified trace after "
+                                              "sampling (and adaptive k) are sampled again with the training answer "
+                                              "stated in the prompt (problems.hinted); accepted traces are distilled "
+                                              "with the ordinary prompt")
+    rationalize_samples: int = deliberate_arg(0, "hinted samples per such problem (0: --samples)", range="[0, inf)")
+    fresh: bool = deliberate_arg(False, "round r deliberates on the r-th block of --num-problems pool problems, not the "
+                                        "same first N every round")
+    frontier: float = deliberate_arg(0.0, "one new rung at a time (the ladder): each round uses the first "
+                                          "--num-problems pool problems of level <= 1 + the last rung the fast policy "
+                                          "solves at >= this (0: off)", range="[0, 1]")
+    selection: str = select_arg("distinct", "all: first c accepted; distinct: first c distinct texts; shortest: the c "
+                                            "shortest", choices=SELECTIONS)
+    max_traces: int = select_arg(4, "c: at most this many selected traces per problem", range="[1, inf)")
+    distil_from: str = distil_arg("continue", "continue: train pi_r; restart: train pi_0 on round r's traces (ReST-EM)",
+                                  choices=DISTIL_FROM)
+    replay_share: float = distil_arg(0.0, "keep what was learnt: this share of a round's distillation set is traces "
+                                          "of earlier rounds, drawn at random (0: none)", range="[0, 0.9]")
+    lr: float = distil_arg(1e-5, "AdamW learning rate of distillation", range="[0, inf)")
+    epochs: int = distil_arg(2, "passes over the selected traces", range="[1, inf)")
+    batch_size: int = distil_arg(32, "traces per distillation update", range="[1, inf)")
+    warmup_steps: int = distil_arg(0, "linear warmup updates of distillation", range="[0, inf)")
+    schedule: str = distil_arg("constant", "distillation lr after warmup: constant, cosine or linear decay to 0",
+                               choices=("constant", "cosine", "linear"))
+    weight_decay: float = distil_arg(0.0, "AdamW weight decay", range="[0, inf)")
+    grad_clip: float = distil_arg(1.0, "max gradient norm (0: no clipping)", range="[0, inf)")
+    micro_batch_tokens: int = distil_arg(4096, "padded tokens per forward/backward micro-batch", range="[1, inf)")
+    rl_steps: int = rl_arg(0, "Dr. GRPO steps from the distilled policy each round (0: none)", range="[0, inf)")
+    rl_lr: float = rl_arg(1e-5, "RL learning rate", range="[0, inf)")
+    rl_problems_per_step: int = rl_arg(16, "RL: problems per step", range="[1, inf)")
+    rl_group_size: int = rl_arg(8, "RL: samples per problem", range="[1, inf)")
+    eval_samples: int = run_arg(0, "k of the deliberate evaluation (majority vote, pass@k; 0: --samples)",
                                 range="[0, inf)")
-    fresh: bool = arg(False, "round r deliberates on the r-th block of --num-problems pool problems, not the same "
-                             "first N every round")
-    frontier: float = arg(0.0, "one new rung at a time (the ladder): each round uses the first --num-problems pool "
-                               "problems of level <= 1 + the last rung the fast policy solves at >= this (0: off)", range="[0, 1]")
-    # selection
-    selection: str = arg("distinct", "all: first c accepted; distinct: first c distinct texts; shortest: the c shortest",
-                         choices=SELECTIONS)
-    max_traces: int = arg(4, "c: at most this many selected traces per problem", range="[1, inf)")
-    # System 1: distillation
-    distil_from: str = arg("continue", "continue: train pi_r; restart: train pi_0 on round r's traces (ReST-EM)",
-                           choices=DISTIL_FROM)
-    lr: float = arg(1e-5, "AdamW learning rate of distillation", range="[0, inf)")
-    epochs: int = arg(2, "passes over the selected traces", range="[1, inf)")
-    batch_size: int = arg(32, "traces per distillation update", range="[1, inf)")
-    warmup_steps: int = arg(0, "linear warmup updates of distillation", range="[0, inf)")
-    schedule: str = arg("constant", "distillation lr after warmup: constant, cosine or linear decay to 0",
-                        choices=("constant", "cosine", "linear"))
-    weight_decay: float = arg(0.0, "AdamW weight decay", range="[0, inf)")
-    grad_clip: float = arg(1.0, "max gradient norm (0: no clipping)", range="[0, inf)")
-    micro_batch_tokens: int = arg(4096, "padded tokens per forward/backward micro-batch", range="[1, inf)")
-    # optional RL phase between distillation and evaluation (train_rl.train)
-    rl_steps: int = arg(0, "Dr. GRPO steps from the distilled policy each round (0: none)", range="[0, inf)")
-    rl_lr: float = arg(1e-5, "RL learning rate", range="[0, inf)")
-    rl_problems_per_step: int = arg(16, "RL: problems per step", range="[1, inf)")
-    rl_group_size: int = arg(8, "RL: samples per problem", range="[1, inf)")
-    # evaluation and run
-    eval_samples: int = arg(0, "k of the deliberate evaluation (majority vote, pass@k; 0: --samples)", range="[0, inf)")
-    eval_batch_size: int = arg(64, "problems per generate call", range="[1, inf)")
-    seed: int = arg(0, "seed of deliberation sampling, distillation order and the deliberate evaluation")
-    device: str = arg("", "cuda or cpu (default: cuda when available)")
-    out: str = arg("runs/rounds", "run directory")
-    resume: bool = arg(False, "continue the run in --out: complete rounds are kept, an incomplete one redone")
+    eval_batch_size: int = run_arg(64, "problems per generate call", range="[1, inf)")
+    seed: int = run_arg(0, "seed of deliberation sampling, distillation order and the deliberate evaluation")
+    device: str = run_arg("", "cuda or cpu (default: cuda when available)")
+    out: str = run_arg("runs/rounds", "run directory")
+    resume: bool = run_arg(False, "continue the run in --out: complete rounds are kept, an incomplete one redone")
 
 
 # Settings the tiny world and the ladder bring to every script (train_rl's dicts; the rounds-only ones below).
@@ -153,6 +171,8 @@ def check_config(cfg):
     if cfg.deliberation == "decompose" and cfg.grader != "steps":
         raise ValueError("--deliberation decompose splits tiny-world expressions: it needs --grader steps (the tiny "
                          f"ladder), got --grader {cfg.grader}")
+    if cfg.rationalize and cfg.deliberation == "decompose":
+        raise ValueError("--rationalize hints whole samples; --deliberation decompose builds its own sub-problem prompts")
     if cfg.frontier and not (cfg.eval_group_by == "level" and cfg.val_dataset):
         raise ValueError(f"--frontier {cfg.frontier} reads the fast accuracy per level: it needs a value in (0, 1], "
                          f"--eval-group-by level and a --val-dataset, got {cfg.eval_group_by!r}, {cfg.val_dataset!r}")
@@ -208,7 +228,16 @@ def deliberate(policy, tokenizer, train_set, cfg, round_dir, r):
                              round_dir / "deliberate_adaptive")
             passes.append(s2)
             more = {rec["id"]: rec for rec in extra}
-            records = [merge_samples(rec, more[rec["id"]]) if rec["id"] in more else rec for rec in records]
+            records = [merge_samples(rec, more[rec["id"]], "adaptive") if rec["id"] in more else rec for rec in records]
+    if cfg.rationalize:  # STaR's rationalization: the answer as a hint where sampling found nothing
+        unsolved = [p for p, rec in zip(train_set, records) if n_correct(rec) == 0]
+        if unsolved:
+            hinted, s3 = E.evaluate(policy, tokenizer, unsolved, samples=cfg.rationalize_samples or cfg.samples,
+                                    seed=1_000 * (cfg.seed + 1) + 700 + r, out_dir=round_dir / "deliberate_hinted",
+                                    dataset=cfg.dataset, hint=True, **kw)
+            passes.append(s3)
+            more = {rec["id"]: rec for rec in hinted}
+            records = [merge_samples(rec, more[rec["id"]], "hinted") if rec["id"] in more else rec for rec in records]
     return records, passes
 
 
@@ -299,9 +328,9 @@ def n_correct(record):
     return sum(s["correct"] for s in E.samples_of(record))
 
 
-def merge_samples(first, extra):
-    """One record with the samples of both passes (the extra ones marked), counts updated."""
-    samples = E.samples_of(first) + [dict(s, adaptive=True) for s in E.samples_of(extra)]
+def merge_samples(first, extra, source):
+    """One record with the samples of both passes (the extra ones marked with their source), counts updated."""
+    samples = E.samples_of(first) + [dict(s, **{source: True}) for s in E.samples_of(extra)]
     return dict(first, samples=samples, n_correct=sum(s["correct"] for s in samples))
 
 
@@ -344,13 +373,18 @@ def select_traces(record, rule, cap):
     return ok[:cap]
 
 
+def trace_source(sample):
+    """Which pass found a trace: sample (the first k), adaptive (adaptive k) or hint (rationalization)."""
+    return "hint" if sample.get("hinted") else "adaptive" if sample.get("adaptive") else "sample"
+
+
 def traces_for_round(records, cfg, r, tokenizer):
     """Rows of traces_N.jsonl: one per selected trace; target_tokens is what distillation trains on (the
     response re-encoded plus the stop token)."""
     return [dict(round=r, id=rec["id"], level=rec.get("level"), subject=rec.get("subject"),
                  prompt_tokens=rec["prompt_tokens"], completion_tokens=s["completion_tokens"],
                  target_tokens=len(tokenizer.encode(s["response"])) + 1, adaptive=bool(s.get("adaptive")),
-                 response=s["response"])
+                 source=trace_source(s), response=s["response"])
             for rec in records for s in select_traces(rec, cfg.selection, cfg.max_traces)]
 
 
@@ -394,6 +428,17 @@ def distil(policy, rows, cfg, r, device, pad_id):
             tokens += stats["tokens"]
             update += 1
     return losses, tokens
+
+
+def replayed_traces(out, r, n_new, cfg):
+    """--replay-share S: round r also distils S / (1 - S) traces of earlier rounds per new trace (of the rungs those
+    rounds solved), drawn without replacement with a seed of (--seed, r) from traces_1..r-1.jsonl on disk."""
+    if not cfg.replay_share or r == 1:
+        return []
+    older = [json.loads(line) for q in range(1, r) for line in (out / f"traces_{q}.jsonl").read_text().splitlines()
+             if line.strip()]
+    n = min(len(older), round(cfg.replay_share / (1 - cfg.replay_share) * max(n_new, 1)))
+    return random.Random(f"replay-{cfg.seed}-{r}").sample(older, n)
 
 
 def training_flops(config, traces, epochs):
@@ -488,10 +533,17 @@ def deliberation_fields(records, passes, traces, group_by):
             out[str(x.get(key))] = out.get(str(x.get(key)), 0) + 1
         return dict(sorted(out.items()))
     solved = [r for r in records if n_correct(r) > 0]
+    by_source = {}  # {source: {level: traces}}: where each rung's traces came from
+    for t in traces:
+        level = str(t.get(group_by or "level"))
+        by_source.setdefault(t["source"], {})[level] = by_source.get(t["source"], {}).get(level, 0) + 1
     return dict(deliberation_problems=len(records), deliberation_samples=sum(p["samples_total"] for p in passes),
                 deliberation_tokens=sum(p["completion_tokens_total"] or 0 for p in passes),
                 deliberation_flops=sum(p["inference_flops"] or 0.0 for p in passes),
-                adaptive_problems=passes[1]["n"] if len(passes) > 1 else 0,
+                hinted_samples=sum(p["samples_total"] for p in passes if p["settings"].get("hint")),
+                hinted_problems=sum(p["n"] for p in passes if p["settings"].get("hint")),
+                selected_by_source={k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
+                adaptive_problems=sum(p["n"] for p in passes[1:] if not p["settings"].get("hint")),
                 deliberation_solved=len(solved), deliberation_solved_by_group=count_by(solved, group_by or "level"),
                 selected_traces=len(traces), selected_by_group=count_by(traces, group_by or "level"),
                 selected_adaptive=sum(t["adaptive"] for t in traces),
@@ -538,13 +590,15 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
     records, passes = deliberate(sampler, tokenizer, train_set, cfg, round_dir, r)
     traces = traces_for_round(records, cfg, r, tokenizer)
     write_jsonl(out / f"traces_{r}.jsonl", traces)
+    replayed = replayed_traces(out, r, len(traces), cfg)
     policy, _ = load_policy(out / ("round_0" if cfg.distil_from == "restart" else f"round_{r - 1}"), device)
-    by_id = {p["id"]: p for p in train_set}
-    losses, trained = distil(policy, trace_rows(traces, by_id, tokenizer, cfg.template), cfg, r, device,
-                             tokenizer.pad_id) if traces else ([], 0)
-    train_tokens, train_flops = training_flops(policy.config, traces, cfg.epochs)
+    by_id = {p["id"]: p for p in pools[0]}  # the whole pool: a replayed trace's problem is an earlier round's
+    distilled = traces + replayed
+    losses, trained = distil(policy, trace_rows(distilled, by_id, tokenizer, cfg.template), cfg, r, device,
+                             tokenizer.pad_id) if distilled else ([], 0)
+    train_tokens, train_flops = training_flops(policy.config, distilled, cfg.epochs)
     assert trained == train_tokens, (trained, train_tokens)  # the accounting counts what was trained on
-    row = dict(round=r, **deliberation_fields(records, passes, traces, cfg.eval_group_by),
+    row = dict(round=r, **deliberation_fields(records, passes, traces, cfg.eval_group_by), replayed_traces=len(replayed),
                frontier_level=top, distil_from=cfg.distil_from, distil_updates=len(losses),
                distil_loss_first=losses[0] if losses else None, distil_loss_last=losses[-1] if losses else None,
                training_tokens=train_tokens, training_flops=train_flops,

@@ -8,6 +8,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --temperature 0.5 --mean   # over the seeds
     python research/rounds/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
+    python research/rounds/rounds_table.py runs/rounds/rat-s? --sources 6   # rung 6: traces per source, fast accuracy
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -291,6 +292,25 @@ def temperature_mean_table(run_dirs, temperature):
     return "\n".join(lines)
 
 
+def sources_table(run_dirs, level):
+    """Per round, the mean over the runs (seeds) of the traces selected at one rung (or group) from each source
+    (sample: the first k; adaptive: adaptive k; hint: rationalization), the problems hinted, and the fast accuracy
+    there."""
+    runs = [rows_of(d) for d in run_dirs]
+    sources = ("sample", "adaptive", "hint")
+    head = ["round", *[f"traces from {s}" for s in sources], "problems hinted", f"fast accuracy, rung {level}"]
+    lines = [f"rung {level}, mean of {len(runs)} runs", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    for r in range(min(len(rows) for rows in runs)):
+        xs = [rows[r] for rows in runs]
+        found = [mean([x.get("selected_by_source", {}).get(s, {}).get(str(level), 0) for x in xs]) for s in sources]
+        cells = [str(r), *(f"{v:.1f}" if r else "" for v in found),
+                 f"{mean([x.get('hinted_problems', 0) for x in xs]):.1f}" if r else "",
+                 f"{mean([x['fast_by_group'].get(str(level), float('nan')) for x in xs]):.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="rounds.py run directories (with --baseline: one per seed, in seed order)")
@@ -300,6 +320,8 @@ if __name__ == "__main__":
     ap.add_argument("--mean", action="store_true", help="each round's mean over the runs (seeds), 95%% t intervals")
     ap.add_argument("--paired", action="store_true",
                     help="round-to-round rises in both modes, paired over the same problems and seeds")
+    ap.add_argument("--sources", default=None, metavar="LEVEL",
+                    help="per round, the traces selected at this rung from each source and its fast accuracy")
     ap.add_argument("--after", nargs="+", default=None,
                     help="train_rl.py run directories continued from each rounds run's last round, one per run")
     args = ap.parse_args()
@@ -307,7 +329,9 @@ if __name__ == "__main__":
         if dirs and len(dirs) != len(args.runs):
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
     try:  # a mispaired run, a stale cache, a missing file: one error line
-        if args.after:
+        if args.sources is not None:
+            print(sources_table(args.runs, args.sources))
+        elif args.after:
             print(after_table(args.runs, args.after))
         elif args.paired:
             print(paired_table(args.runs))

@@ -1,0 +1,130 @@
+"""runs.py: a run directory is claimed safely (a directory holding anything else is refused, naming what is there;
+a second process is refused with the first one's PID), JSONL logs survive a torn last line, and training checkpoints
+are kept as asked. The scripts' use of it end to end is in test_cli.py."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import checkpoint
+import runs
+
+
+def test_describe_names_what_a_directory_holds(tmp_path):
+    assert runs.describe(tmp_path / "absent") is None and runs.describe(tmp_path) is None
+    (tmp_path / "m").mkdir()
+    checkpoint.save_model(checkpoint.load_model("tiny", device="cpu"), tmp_path / "m")
+    assert runs.describe(tmp_path / "m") == "a model checkpoint (config.json + model.safetensors)"
+    kinds = {"t": ("config.json", '{"objective": "drgrpo"}'), "r": ("rounds.jsonl", ""), "e": ("settings.json", "{}"),
+             "b": ("bands.jsonl", ""), "x": ("notes.txt", "mine")}
+    for d, (name, text) in kinds.items():
+        (tmp_path / d).mkdir()
+        (tmp_path / d / name).write_text(text)
+    assert [runs.describe(tmp_path / d) for d in kinds] == [
+        "a train_rl.py run", "a rounds run (research/rounds/rounds.py)", "an evaluate.py output",
+        "a bands run (research/bands/bands.py)", "1 other file(s), e.g. notes.txt"]
+
+
+def test_a_directory_holding_something_else_is_refused_and_left_as_it_was(tmp_path):
+    model = tmp_path / "model"
+    checkpoint.save_model(checkpoint.load_model("tiny", device="cpu"), model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    for kind in ("train", "rounds", "eval", "bands"):
+        with pytest.raises(FileExistsError, match=r"--out .*model: holds a model checkpoint \(config.json \+ "
+                                                  r"model.safetensors\), not a"):
+            runs.claim(model, kind)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before  # nothing written, nothing deleted
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    with pytest.raises(FileExistsError, match="already holds a train_rl.py run; pass --resume"):
+        runs.claim(tmp_path / "run", "train")
+    with pytest.raises(FileNotFoundError, match="holds no run to resume"):
+        runs.claim(tmp_path / "new", "train", resume=True)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match="is a file, not a directory"):
+        runs.claim(tmp_path / "file", "eval")
+
+
+def test_a_second_process_is_refused_with_the_first_ones_pid(tmp_path):
+    """Two runs into one --out, or a --resume beside a live run: the second is refused while the first lives, and
+    the directory is free again once the first ends (however it ends: the lock is the process's)."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import runs; "
+                               "runs.claim(sys.argv[2], 'train'); print('held', flush=True); time.sleep(60)",
+                               str(checkpoint.REPO_DIR), str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (out / "metrics.jsonl").write_text("")  # the first run has started logging
+        for resume in (False, True):
+            with pytest.raises(FileExistsError, match=rf"in use by PID {holder.pid} \(started 20"):
+                runs.claim(out, "train", resume=True) if resume else runs.claim(out, "train", resume=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    runs.claim(out, "train", resume=True)  # the dead process's lock is gone with it
+    assert f"PID {os.getpid()}" in (out / runs.LOCK).read_text()
+    runs.release(out)
+
+
+def test_a_claim_is_reentrant_in_one_process_and_released(tmp_path):
+    runs.claim(tmp_path / "e", "eval", resume=True)
+    runs.claim(tmp_path / "e", "eval", resume=True)  # the same process again: a resume in-process
+    runs.release(tmp_path / "e")
+    assert (tmp_path / "e").resolve() not in runs.HELD
+
+
+def test_a_torn_last_line_is_dropped_and_cut_on_resume(tmp_path, capsys):
+    log = tmp_path / "metrics.jsonl"
+    good = [dict(step=1, generated_tokens=10, training_tokens=8, flops=1.0), dict(step=2, generated_tokens=20,
+                                                                                 training_tokens=16, flops=2.0)]
+    log.write_bytes(("".join(json.dumps(r) + "\n" for r in good) + '{"step": 3, "generated_tok').encode())
+    assert runs.read_log(log) == good and "dropping a torn last line" in capsys.readouterr().err
+    assert log.read_bytes().endswith(b'"generated_tok')  # reading alone changes nothing
+    assert runs.logged_totals(log, 2) == dict(generated_tokens=20, training_tokens=16, flops=2.0)
+    runs.truncate_log(log, 2)  # what --resume does
+    assert log.read_text() == "".join(json.dumps(r) + "\n" for r in good)
+    log.write_text('{"step": 1}\nnot json\n{"step": 2}\n')  # damage before the last line is not a torn write
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON object"):
+        runs.read_log(log)
+    log.write_bytes(b'\xef\xbb\xbf{"step": 1}\n')  # a BOM (an editor's) is read
+    assert runs.read_log(log) == [dict(step=1)]
+
+
+def test_check_resume_names_each_changed_setting(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(lr=1e-4, steps=10, seed=0)))
+    runs.check_resume(path, dict(lr=1e-4, steps=20, seed=0), resumable={"steps"})
+    with pytest.raises(ValueError, match=r"settings differ from .*config.json \(saved, now\): \{'lr': \(0.0001, 0.5\)\}"):
+        runs.check_resume(path, dict(lr=0.5, steps=10, seed=0), resumable={"steps"})
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="config.json is missing or not a JSON object; nothing to resume"):
+        runs.check_resume(path, {}, set())
+
+
+def test_keep_last_checkpoints(tmp_path):
+    for step in (2, 4, 6, 8, 10):
+        (tmp_path / "checkpoints" / f"step_{step}").mkdir(parents=True)
+    runs.keep_last_checkpoints(tmp_path, 0)
+    assert runs.checkpoint_steps(tmp_path) == [2, 4, 6, 8, 10]  # 0 keeps all
+    runs.keep_last_checkpoints(tmp_path, 2)
+    assert runs.checkpoint_steps(tmp_path) == [8, 10] and runs.latest_checkpoint(tmp_path).name == "step_10"
+
+
+def test_a_full_disk_while_saving_leaves_no_half_checkpoint(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+    import safetensors.torch
+
+    def full(*args, **kw):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                              "\"No space left on device\" })")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(OSError) as e:
+        checkpoint.save_model(checkpoint.load_model("tiny", device="cpu"), tmp_path / "ckpt")
+    assert e.value.errno == 28 and "model.safetensors" in e.value.filename
+    assert list(tmp_path.iterdir()) == []  # no temporary directory left behind either
+    time.sleep(0)
