@@ -21,7 +21,9 @@ One step, in the order the code below runs it:
     python train_rl.py --objective drgrpo                # Qwen3-0.6B-Base, the first 50 Algebra problems of MATH
 MATH-500 is held out: the training pool is checked against it; --eval-every evaluates on a validation split
 carved from the training pool. Options the loop imports: curriculum.py (problem selection, replay, reward
-controls), looped.py (--loop), lora.py (--lora-rank), distributed.py (torchrun, --fsdp).
+controls), looped.py (--loop), lora.py (--lora-rank), distributed.py (torchrun, --fsdp). What research/ calls:
+train, rl_step, policy_update, sft_update (the distillation step), rollout_tensors, micro_batches, lr_at, set_lr,
+flag_defaults, Config.
 """
 
 import copy
@@ -419,8 +421,9 @@ def rl_step(policy, sampler, reference, optimizer, tokenizer, train_set, cfg, st
     metrics with the compute totals so far). selection holds the data state (curriculum.py): 'pass_rates' and
     'replay' when they are on; totals the compute before this step (add_compute)."""
     set_lr(optimizer, lr_at(step, cfg))
+    # 1-4. P problems -> prompts -> G samples each -> graded, rewarded (dynamic sampling and replay inside)
     unverified = sum(verify.ERRORS.values())
-    drawn, batch, replayed, seconds = draw_rollouts(sampler, tokenizer, train_set, cfg, step, selection)  # 1-4
+    drawn, batch, replayed, seconds = draw_rollouts(sampler, tokenizer, train_set, cfg, step, selection)
     unverified = sum(D.gather_lists([sum(verify.ERRORS.values()) - unverified]))  # checks with no verdict, all ranks
     t0 = time.time()
     if reference is not None and cfg.kl_in == "reward":  # each rank scores its share; all get every result
