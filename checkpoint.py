@@ -335,6 +335,21 @@ def save_model(model, path, tokenizer=None):
 
 
 
+def random_checkpoint(path, config=None, dtype=torch.bfloat16, seed=0):
+    """A checkpoint of a published shape with random weights, written offline: config (default Qwen3Config(), which
+    is Qwen3-0.6B-Base's config.json), N(0, 0.02) matrices, unit norms, the shipped Qwen3 tokenizer. What a machine
+    without the hub benchmarks and smoke-tests the real shape on (benchmarks/gpu_rl_check.py). Returns path."""
+    config = config or Qwen3Config()
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        model = Qwen3(config).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+    return save_model(model, path, load_tokenizer(QWEN3_TOKENIZER))
+
+
 def export_plain(model, path, tokenizer=None):
     """Write a looped model's shared weights (a model, or a looped checkpoint's path) as a plain Qwen3 checkpoint
     that transformers and vLLM load. This drops the extra loops and their parameters: the export computes the

@@ -536,6 +536,8 @@ class EvalConfig:
                                   "row's place goes to a waiting problem); records are flushed after each call",
                               range="[1, inf)")
     compile: bool = run_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
+    continuous: bool | None = run_arg(None, "continuous batching (default: on CUDA; chunks on a CPU); the records are "
+                                            "the same either way")
     out: str | None = run_arg(None, "output directory (default runs/eval/<model>-<dataset>)")
 
 
@@ -603,7 +605,7 @@ def main(argv=None):
         _, summary = evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
                               cfg.samples, cfg.temperature, cfg.top_p, cfg.seed, out, progress=True,
                               dataset=cfg.dataset, group_by=cfg.group_by, compile=cfg.compile, grader=cfg.grader,
-                              dispersion=cfg.dispersion)
+                              dispersion=cfg.dispersion, continuous=cfg.continuous)
     runs.release(out)
     print(format_summary(summary))
     print(f"records: {out / 'records.jsonl'}   summary: {out / 'summary.json'}")

@@ -398,7 +398,8 @@ def step_metrics(drawn, batch, stats, seconds, replayed, unverified, selection, 
         skipped_update=stats["skipped"],
         sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"],
         training_seconds=seconds["training"], tokens_per_second=sum(lengths) / max(seconds["sampling"], 1e-9),
-        verifier_errors=unverified, **looped.loop_metrics(policy), **totals)
+        verifier_errors=unverified, **looped.loop_metrics(policy), **totals,
+        **({"peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30} if torch.cuda.is_available() else {}))
 
 
 def add_compute(totals, drawn, trained_tokens, cfg, config):
