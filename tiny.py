@@ -73,7 +73,7 @@ import torch.nn.functional as F
 
 import checkpoint
 import model as qwen
-from cli import arg, check_fields, parse_config, run_main
+from cli import arg_group, check_fields, parse_config, run_main
 from problems import format_prompt
 from sample import generate
 from verify import check_steps, grade
@@ -238,35 +238,39 @@ def new_model(tokenizer, seed, rope_theta=ROPE_THETA):
 # Pretraining: next-token prediction on prompt + solution, loss on the solution tokens only
 
 
+data_arg, model_arg, pretrain_arg, out_arg = map(arg_group, ('data', 'model', 'pretraining', 'output'))
+
+
 @dataclass
 class TinyConfig:
-    seed: int = arg(0, "one seed for the data, the initialization and the data order")
-    steps: int = arg(2500, "pretraining steps: past the steep part of the curve, step-by-step solving is reliable",
-                     range="[1, inf)")
-    batch_size: int = arg(64, "sequences per step", range="[1, inf)")
-    lr: float = arg(3e-3, "peak AdamW learning rate", range="(0, inf)")
-    warmup: int = arg(50, "linear warmup steps, then cosine decay to lr * min_lr_frac", range="[0, inf)")
-    min_lr_frac: float = arg(0.1, "final learning rate as a fraction of the peak", range="[0, 1]")
-    weight_decay: float = arg(0.1, "AdamW weight decay on matrices", range="[0, inf)")
-    bare_2: float = arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
-    bare_3: float = arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
-    long_4: float = arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made reachable "
-                             "by construction)", range="[0, 1]")
-    long_5: float = arg(0.0, "the same for 5 operations", range="[0, 1]")
-    long_6: float = arg(0.0, "the same for 6 operations", range="[0, 1]")
-    eval_every: int = arg(250, "steps between greedy accuracy checks on the first 200 validation problems",
-                          range="[1, inf)")
-    out: str = arg("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
-    data_dir: str = arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
-    threads: int = arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)",
-                       range="[1, inf)")
-    rope_theta: float = arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no positional "
-                                        "encoding (NoPE)", range="(0, inf)")
-    init: str = arg("", "continue this checkpoint (its weights and tokenizer, e.g. tiny) instead of building a new "
-                        "model: a mid-training, as tiny_ladder_model/ was made")
-    data_only: bool = arg(False, "write the data files and stop")
-    force: bool = arg(False, "overwrite an existing --out checkpoint, or data files that would change (the committed "
-                             "tiny_model/ and data/ took 25 minutes to build)")
+    HELP_GROUPS = ('data', 'model', 'pretraining', 'output')
+    seed: int = data_arg(0, "one seed for the data, the initialization and the data order")
+    steps: int = pretrain_arg(2500, "pretraining steps: past the steep part of the curve, step-by-step solving is "
+                                    "reliable", range="[1, inf)")
+    batch_size: int = pretrain_arg(64, "sequences per step", range="[1, inf)")
+    lr: float = pretrain_arg(3e-3, "peak AdamW learning rate", range="(0, inf)")
+    warmup: int = pretrain_arg(50, "linear warmup steps, then cosine decay to lr * min_lr_frac", range="[0, inf)")
+    min_lr_frac: float = pretrain_arg(0.1, "final learning rate as a fraction of the peak", range="[0, 1]")
+    weight_decay: float = pretrain_arg(0.1, "AdamW weight decay on matrices", range="[0, inf)")
+    bare_2: float = data_arg(0.3, "share of 2-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
+    bare_3: float = data_arg(0.7, "share of 3-operation solutions shown as a bare \\boxed{N}", range="[0, 1]")
+    long_4: float = data_arg(0.0, "share of each batch that is a complete 4-operation solution (a ladder rung made "
+                                  "reachable by construction)", range="[0, 1]")
+    long_5: float = data_arg(0.0, "the same for 5 operations", range="[0, 1]")
+    long_6: float = data_arg(0.0, "the same for 6 operations", range="[0, 1]")
+    eval_every: int = pretrain_arg(250, "steps between greedy accuracy checks on the first 200 validation problems",
+                                   range="[1, inf)")
+    out: str = out_arg("tiny_model", "checkpoint directory to write (relative paths: to the repo)")
+    data_dir: str = data_arg("data", "where tiny_{train,val,test}.jsonl are written (relative paths: to the repo)")
+    threads: int = pretrain_arg(1, "torch CPU threads (the committed build used 1: fastest on a shared 2-core machine)",
+                                range="[1, inf)")
+    rope_theta: float = model_arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no "
+                                              "positional encoding (NoPE)", range="(0, inf)")
+    init: str = model_arg("", "continue this checkpoint (its weights and tokenizer, e.g. tiny) instead of building a "
+                              "new model: a mid-training, as tiny_ladder_model/ was made")
+    data_only: bool = data_arg(False, "write the data files and stop")
+    force: bool = out_arg(False, "overwrite an existing --out checkpoint, or data files that would change (the "
+                                 "committed tiny_model/ and data/ took 25 minutes to build)")
 
 
 PROMPT_HEAD = format_prompt("{problem}").split("{problem}")[0]  # the template text before the problem

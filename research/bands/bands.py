@@ -62,7 +62,6 @@ import model as M  # noqa: E402
 import problems as P  # noqa: E402
 import runs  # noqa: E402
 import verify  # noqa: E402
-from cli import arg  # noqa: E402
 
 BANDS = ("all_zero", "mixed", "all_one")
 P_TABLE = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
@@ -388,32 +387,38 @@ def format_bands(s, out_dir):
 # CLI
 
 
+data_arg, bands_arg, heldout_arg, run_arg = map(cli.arg_group, ('model and data', 'bands', 'held-out split', 'run'))
+
+
 @dataclass
 class BandsConfig:
-    dataset: list[str] = arg(None, f"a data set ({', '.join(P.DATASETS)}) or a .jsonl path; repeat for a "
+    HELP_GROUPS = ('model and data', 'bands', 'held-out split', 'run')
+    dataset: list[str] = data_arg(None, f"a data set ({', '.join(P.DATASETS)}) or a .jsonl path; repeat for a "
                                    f"pool of several", action="append", required=True)
-    out: str = arg(None, "output directory (resumed when it holds a run of the same settings)", required=True)
-    model: str = arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
-    k: int = arg(8, "samples per problem (the group size G the bands are for)", aliases=("-k",))
-    temperature: float = arg(1.0, "sampling temperature (> 0)")
-    top_p: float = arg(1.0, "nucleus sampling mass", range="(0, 1]")
-    max_new_tokens: int = arg(2048, "generation budget per sample", range="[1, inf)")
-    limit: int | None = arg(None, "only the first N problems of each data set", range="[1, inf)")
-    group_by: str = arg("source", "problem field for the per-group counts and the held-out split")
-    heldout_per_group: int = arg(25, "problems held out from each group for evaluation during training",
-                                 range="[0, inf)")
-    seed: int = arg(0, "sampling seed (each batch is seeded with seed + the index of its first problem)")
-    heldout_seed: int = arg(0, "seed of the held-out choice, apart from --seed so that reruns share it")
-    template: str = arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
-    batch_size: int = arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished row's "
-                              "place goes to a waiting problem); records are flushed after each call", range="[1, inf)")
-    dtype: str | None = arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
-                            choices=("float32", "bfloat16", "float16"))
-    device: str = arg("", "cuda, cuda:N or cpu ('': cuda when available)")
-    grader: str = arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (verify.check_steps)",
-                      choices=verify.GRADERS)
-    dispersion: bool = arg(True, "each problem's dispersion: the mean pairwise cosine distance of its k completions "
-                                 "embedded by the model (diversity.embedding_dispersion); one more forward each")
+    out: str = run_arg(None, "output directory (resumed when it holds a run of the same settings)", required=True)
+    model: str = data_arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
+    k: int = bands_arg(8, "samples per problem (the group size G the bands are for)", aliases=("-k",))
+    temperature: float = bands_arg(1.0, "sampling temperature (> 0)")
+    top_p: float = bands_arg(1.0, "nucleus sampling mass", range="(0, 1]")
+    max_new_tokens: int = bands_arg(2048, "generation budget per sample", range="[1, inf)")
+    limit: int | None = data_arg(None, "only the first N problems of each data set", range="[1, inf)")
+    group_by: str = bands_arg("source", "problem field for the per-group counts and the held-out split")
+    heldout_per_group: int = heldout_arg(25, "problems held out from each group for evaluation during training",
+                                         range="[0, inf)")
+    seed: int = bands_arg(0, "sampling seed (each batch is seeded with seed + the index of its first problem)")
+    heldout_seed: int = heldout_arg(0, "seed of the held-out choice, apart from --seed so that reruns share it")
+    template: str = data_arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
+    batch_size: int = run_arg(64, "problems whose samples decode together (on CUDA, continuous batching: a finished "
+                                  "row's place goes to a waiting problem); records are flushed after each call",
+                              range="[1, inf)")
+    dtype: str | None = run_arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
+                                choices=("float32", "bfloat16", "float16"))
+    device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
+    grader: str = data_arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (verify.check_steps)",
+                           choices=verify.GRADERS)
+    dispersion: bool = bands_arg(True, "each problem's dispersion: the mean pairwise cosine distance of its k "
+                                       "completions embedded by the model (diversity.embedding_dispersion); one more "
+                                       "forward each")
 
 
 # The tiny world (--model tiny, or a model trained from it): a budget that fits its context, bands per level,
