@@ -288,6 +288,31 @@ def test_paired_rise_by_hand():
         table.paired_rise([dict(a=0, b=0)], [dict(a=1, c=1)])
 
 
+def fake_rounds_run(path, flops, correct):  # rounds.jsonl and each round's records: correct[r] = {id: 0/1}
+    path.mkdir()
+    (path / "rounds.jsonl").write_text("".join(json.dumps(dict(round=r, cumulative_flops=f)) + "\n"
+                                               for r, f in enumerate(flops)))
+    for r, by_id in enumerate(correct):
+        for mode in ("fast", "deliberate"):
+            d = path / f"round_{r}" / "eval" / mode
+            d.mkdir(parents=True)
+            (d / "records.jsonl").write_text("".join(json.dumps(dict(id=i, correct=c)) + "\n" for i, c in by_id.items()))
+    return path
+
+
+def test_versus_table_by_hand(tmp_path):
+    table = load_rounds_table()
+    start = dict(a=0, b=0, c=0, d=0)
+    arm = [fake_rounds_run(tmp_path / f"arm-s{s}", [0, 10.0 + s], [start, dict(a=1, b=1, c=s, d=0)]) for s in (0, 1)]
+    other = [fake_rounds_run(tmp_path / f"other-s{s}", [0, 30.0], [start, dict(a=1, b=0, c=0, d=0)]) for s in (0, 1)]
+    lines = table.versus_table(arm, other).splitlines()
+    assert len(lines) == 5 and lines[3].startswith("| 1 | 1.05e+01 / 3.00e+01 |")
+    # per problem, the mean over the two seeds of arm - other: 0, 1, 0.5, 0 -> mean 0.375
+    fast, deliberate = lines[3].split("|")[3:5]
+    assert float(fast.split()[0]) == float(deliberate.split()[0]) == 0.375
+    assert table.versus_table(arm, arm).splitlines()[3].split("|")[3].split()[0] == "+0.000"
+
+
 def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
     table = load_rounds_table()
     rows = [dict(step=s, flops=10.0 * s) for s in range(1, 7)] + [dict(step=6, test_accuracy=0.5)]

@@ -9,6 +9,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python research/rounds/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
     python research/rounds/rounds_table.py runs/rounds/rat-s? --sources 6   # rung 6: traces per source, fast accuracy
+    python research/rounds/rounds_table.py runs/rounds/hold-s? --versus runs/rounds/best-s?   # one arm minus another
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -21,6 +22,9 @@ fast greedy and the same deliberate mode, k and temperature), cached in
 With --paired, each round's rise over the round before, in both modes, from the saved evaluation records
 (round_N/eval/{fast,deliberate}/records.jsonl): the mean over seeds and validation problems of the change in
 correctness, and its 95% percentile bootstrap interval over problems, a problem's seeds resampled together.
+
+With --versus (another arm's rounds runs, one per seed), each round's difference between the two arms in both modes,
+paired in the same way, beside each arm's mean FLOPs.
 
 With --after (train_rl.py runs started from each rounds run's last round, `--model <run>/round_N`), each
 checkpoint they all saved is evaluated as --baseline's are and set beside round N, with its paired rise over it.
@@ -203,6 +207,24 @@ def paired_table(run_dirs):
     return "\n".join(lines + ["* the interval is above 0"])
 
 
+def versus_table(run_dirs, other_dirs):
+    """Each round of one arm against the same round of another (seed i against seed i, the same validation
+    problems): the difference in both modes, paired over problems and seeds, beside each arm's mean FLOPs."""
+    runs, others = [rows_of(d) for d in run_dirs], [rows_of(d) for d in other_dirs]
+    n_rounds = min(len(rows) for rows in runs + others)
+    head = ["round", "FLOPs: this arm / the other", "fast: difference [95% bootstrap]",
+            "deliberate: difference [95% bootstrap]"]
+    lines = [f"{run_dirs[0]}... minus {other_dirs[0]}..., {len(run_dirs)} seeds",
+             "| " + " | ".join(head) + " |", "| ---: | ---: | --- | --- |"]
+    mean_flops = lambda xs, r: sum(rows[r]["cumulative_flops"] for rows in xs) / len(xs)  # noqa: E731
+    for r in range(1, n_rounds):
+        cells = [str(r), f"{mean_flops(runs, r):.2e} / {mean_flops(others, r):.2e}",
+                 *[rise_cell([correct_by_id(d, r, mode) for d in other_dirs],
+                             [correct_by_id(d, r, mode) for d in run_dirs]) for mode in ("fast", "deliberate")]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["* the interval is above 0"])
+
+
 # -----------------------------------------------------------------------------
 # An RL phase after the last round, against the last round, paired
 
@@ -322,10 +344,13 @@ if __name__ == "__main__":
                     help="round-to-round rises in both modes, paired over the same problems and seeds")
     ap.add_argument("--sources", default=None, metavar="LEVEL",
                     help="per round, the traces selected at this rung from each source and its fast accuracy")
+    ap.add_argument("--versus", nargs="+", default=None,
+                    help="rounds.py run directories of another arm, one per run (seed i against seed i): each "
+                         "round's difference in both modes, paired over problems and seeds")
     ap.add_argument("--after", nargs="+", default=None,
                     help="train_rl.py run directories continued from each rounds run's last round, one per run")
     args = ap.parse_args()
-    for flag, dirs in (("--baseline", args.baseline), ("--after", args.after)):
+    for flag, dirs in (("--baseline", args.baseline), ("--after", args.after), ("--versus", args.versus)):
         if dirs and len(dirs) != len(args.runs):
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
     try:  # a mispaired run, a stale cache, a missing file: one error line
@@ -333,6 +358,8 @@ if __name__ == "__main__":
             print(sources_table(args.runs, args.sources))
         elif args.after:
             print(after_table(args.runs, args.after))
+        elif args.versus:
+            print(versus_table(args.runs, args.versus))
         elif args.paired:
             print(paired_table(args.runs))
         elif args.temperature is not None:
