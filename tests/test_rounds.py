@@ -313,6 +313,32 @@ def test_versus_table_by_hand(tmp_path):
     assert table.versus_table(arm, arm).splitlines()[3].split("|")[3].split()[0] == "+0.000"
 
 
+def test_baseline_paired_table_by_hand(tmp_path, monkeypatch):
+    """--baseline --paired: each round minus the baseline checkpoint at its FLOPs, from both records; a round with
+    no checkpoint within 10% of its FLOPs gets no row."""
+    table = load_rounds_table()
+    cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4).__dict__)
+    start = dict(a=0, b=0, c=0, d=0)
+    run = fake_rounds_run(tmp_path / "rounds", [0, 42, 100], [start, dict(a=1, b=1, c=1, d=0), start])
+    (run / "config.json").write_text(json.dumps(cfg))
+    base = tmp_path / "base"
+    (base / "checkpoints").mkdir(parents=True)
+    (base / "metrics.jsonl").write_text("".join(json.dumps(dict(step=s, flops=10.0 * s)) + "\n" for s in range(1, 7)))
+    for s in (2, 4, 6):
+        (base / "checkpoints" / f"step_{s}").mkdir()
+
+    def fake_evaluate(run_dir, step, config):  # the baseline gets a right, in both modes
+        where = table.evaluation_dir(run_dir, step, config)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        fake_rounds_run(where, [0], [dict(a=1, b=0, c=0, d=0)])
+    monkeypatch.setattr(table, "evaluate_checkpoint", fake_evaluate)
+    lines = table.baseline_paired_table([run], [base]).splitlines()
+    assert len(lines) == 5  # title, head, rule, round 1 (step 4 at 40 of 42), the footnote: 60 is not within 10% of 100
+    cells = lines[3].split(" | ")
+    assert cells[:3] == ["| 1", "4.20e+01 / 4.00e+01", "4"]
+    assert cells[3].startswith("+0.500 [+0.000, +") and cells[4].startswith("+0.500 [")  # b and c: 2 of 4 problems
+
+
 def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
     table = load_rounds_table()
     rows = [dict(step=s, flops=10.0 * s) for s in range(1, 7)] + [dict(step=6, test_accuracy=0.5)]

@@ -7,6 +7,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s0 --temperature 0.5
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --temperature 0.5 --mean   # over the seeds
     python research/rounds/rounds_table.py runs/rounds/fresh-s? --paired      # round-to-round rises, paired over problems
+    python research/rounds/rounds_table.py runs/rounds/fresh-s? --baseline runs/rounds/gr-s? --paired  # rounds - baseline
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
     python research/rounds/rounds_table.py runs/rounds/rat-s? --sources 6   # rung 6: traces per source, fast accuracy
     python research/rounds/rounds_table.py runs/rounds/hold-s? --versus runs/rounds/best-s?   # one arm minus another
@@ -22,6 +23,7 @@ fast greedy and the same deliberate mode, k and temperature), cached in
 With --paired, each round's rise over the round before, in both modes, from the saved evaluation records
 (round_N/eval/{fast,deliberate}/records.jsonl): the mean over seeds and validation problems of the change in
 correctness, and its 95% percentile bootstrap interval over problems, a problem's seeds resampled together.
+With --baseline too, each round minus the baseline checkpoint at its FLOPs, paired in the same way.
 
 With --versus (another arm's rounds runs, one per seed), each round's difference between the two arms in both modes,
 paired in the same way, beside each arm's mean FLOPs.
@@ -225,6 +227,31 @@ def versus_table(run_dirs, other_dirs):
     return "\n".join(lines + ["* the interval is above 0"])
 
 
+def baseline_paired_table(rounds_dirs, baseline_dirs):
+    """--baseline with --paired: each round minus the baseline checkpoint nearest its FLOPs (mean_table's match,
+    seed i against seed i), in both modes, paired over problems and seeds."""
+    runs = [rows_of(d) for d in rounds_dirs]
+    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    head = ["round", "FLOPs: rounds / baseline", "baseline steps", "fast: rounds - baseline [95% bootstrap]",
+            "deliberate: rounds - baseline [95% bootstrap]"]
+    lines = [f"{len(rounds_dirs)} seeds", "| " + " | ".join(head) + " |", "| ---: | ---: | ---: | --- | --- |"]
+    for r in range(1, min(len(rows) for rows in runs)):
+        at = [checkpoint_at(base, rows[r]["cumulative_flops"]) for rows, base in zip(runs, baseline_dirs)]
+        if any(abs(flops - rows[r]["cumulative_flops"]) > FLOPS_MATCH * rows[r]["cumulative_flops"]
+               for rows, (_, flops) in zip(runs, at)):
+            continue  # no checkpoint at this round's FLOPs on some seed (mean_table says so)
+        for base, cfg, (step, _) in zip(baseline_dirs, configs, at):
+            evaluate_checkpoint(base, step, cfg)  # cached; writes the records read below
+        dirs = [evaluation_dir(base, step, cfg) for base, cfg, (step, _) in zip(baseline_dirs, configs, at)]
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        cells = [str(r), f"{mean([rows[r]['cumulative_flops'] for rows in runs]):.2e} / "
+                         f"{mean([flops for _, flops in at]):.2e}", " / ".join(str(step) for step, _ in at),
+                 *[rise_cell([correct_by_id(d, 0, mode) for d in dirs], [correct_by_id(d, r, mode) for d in rounds_dirs])
+                   for mode in ("fast", "deliberate")]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["* the interval is above 0"])
+
+
 # -----------------------------------------------------------------------------
 # An RL phase after the last round, against the last round, paired
 
@@ -341,7 +368,8 @@ if __name__ == "__main__":
                     help="re-evaluate every round's policy with the deliberate mode at this temperature")
     ap.add_argument("--mean", action="store_true", help="each round's mean over the runs (seeds), 95%% t intervals")
     ap.add_argument("--paired", action="store_true",
-                    help="round-to-round rises in both modes, paired over the same problems and seeds")
+                    help="round-to-round rises in both modes, paired over the same problems and seeds (with "
+                         "--baseline: each round minus the baseline at its FLOPs)")
     ap.add_argument("--sources", default=None, metavar="LEVEL",
                     help="per round, the traces selected at this rung from each source and its fast accuracy")
     ap.add_argument("--versus", nargs="+", default=None,
@@ -361,7 +389,7 @@ if __name__ == "__main__":
         elif args.versus:
             print(versus_table(args.runs, args.versus))
         elif args.paired:
-            print(paired_table(args.runs))
+            print(baseline_paired_table(args.runs, args.baseline) if args.baseline else paired_table(args.runs))
         elif args.temperature is not None:
             print(temperature_mean_table(args.runs, args.temperature) if args.mean
                   else "\n\n".join(temperature_table(d, args.temperature) for d in args.runs))
