@@ -339,6 +339,22 @@ def test_baseline_paired_table_by_hand(tmp_path, monkeypatch):
     assert cells[3].startswith("+0.500 [+0.000, +") and cells[4].startswith("+0.500 [")  # b and c: 2 of 4 problems
 
 
+def test_compute_table_averages_the_runs_by_hand(tmp_path):
+    table = load_rounds_table()
+    runs = []
+    for s, (samples, hinted, tokens) in enumerate(((100, 0, 1000), (300, 40, 3000))):
+        run = tmp_path / f"s{s}"
+        run.mkdir()
+        rows = [dict(round=0), dict(round=1, deliberation_samples=samples, hinted_samples=hinted,
+                                    deliberation_tokens=tokens, training_tokens=tokens // 10, round_flops=2e12 + s * 1e12,
+                                    cumulative_flops=2e12 + s * 1e12)]
+        (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append(run)
+    lines = table.compute_table(runs).splitlines()
+    assert len(lines) == 4  # title, head, rule, round 1 (round 0 costs nothing)
+    assert lines[3] == "| 1 | 200 | 20 | 2,000 | 200 | 2.50e+12 | 2.50e+12 |"
+
+
 def test_baseline_checkpoint_at_equal_flops_by_hand(tmp_path):
     table = load_rounds_table()
     rows = [dict(step=s, flops=10.0 * s) for s in range(1, 7)] + [dict(step=6, test_accuracy=0.5)]

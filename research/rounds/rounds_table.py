@@ -11,6 +11,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python research/rounds/rounds_table.py runs/rounds/ladder-frontier-s? --after runs/rounds/frontier-r8-rl-s?
     python research/rounds/rounds_table.py runs/rounds/rat-s? --sources 6   # rung 6: traces per source, fast accuracy
     python research/rounds/rounds_table.py runs/rounds/hold-s? --versus runs/rounds/best-s?   # one arm minus another
+    python research/rounds/rounds_table.py runs/rounds/hold-s? --compute     # samples, tokens and FLOPs per round
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -360,6 +361,23 @@ def sources_table(run_dirs, level):
     return "\n".join(lines)
 
 
+def compute_table(run_dirs):
+    """Per round, the mean over the runs (seeds) of what it cost: deliberation samples (of which hinted), generated
+    tokens, distillation target tokens, and the round's and cumulative FLOPs (evaluation excluded)."""
+    runs = [rows_of(d) for d in run_dirs]
+    head = ["round", "deliberation samples", "of which hinted", "generated tokens", "training tokens",
+            "round FLOPs", "cumulative FLOPs"]
+    lines = [f"mean of {len(runs)} runs", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    for r in range(1, min(len(rows) for rows in runs)):
+        xs = [rows[r] for rows in runs]
+        mean = lambda key: sum(x.get(key, 0) for x in xs) / len(xs)  # noqa: E731
+        cells = [str(r), f"{mean('deliberation_samples'):,.0f}", f"{mean('hinted_samples'):,.0f}",
+                 f"{mean('deliberation_tokens'):,.0f}", f"{mean('training_tokens'):,.0f}",
+                 f"{mean('round_flops'):.2e}", f"{mean('cumulative_flops'):.2e}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="rounds.py run directories (with --baseline: one per seed, in seed order)")
@@ -375,6 +393,8 @@ if __name__ == "__main__":
     ap.add_argument("--versus", nargs="+", default=None,
                     help="rounds.py run directories of another arm, one per run (seed i against seed i): each "
                          "round's difference in both modes, paired over problems and seeds")
+    ap.add_argument("--compute", action="store_true",
+                    help="per round, the mean over the runs of samples, generated and training tokens and FLOPs")
     ap.add_argument("--after", nargs="+", default=None,
                     help="train_rl.py run directories continued from each rounds run's last round, one per run")
     args = ap.parse_args()
@@ -382,7 +402,9 @@ if __name__ == "__main__":
         if dirs and len(dirs) != len(args.runs):
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
     try:  # a mispaired run, a stale cache, a missing file: one error line
-        if args.sources is not None:
+        if args.compute:
+            print(compute_table(args.runs))
+        elif args.sources is not None:
             print(sources_table(args.runs, args.sources))
         elif args.after:
             print(after_table(args.runs, args.after))
