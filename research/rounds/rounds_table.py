@@ -46,6 +46,10 @@ EVAL_FLAGS = ("dataset", "val_dataset", "val_limit", "template", "grader", "eval
               "eval_batch_size", "seed")
 
 
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
 def rows_of(run_dir):
     return [json.loads(x) for x in (Path(run_dir) / "rounds.jsonl").read_text().splitlines() if x.strip()]
 
@@ -126,14 +130,24 @@ def mean_ci(values):
 def mean_cells(xs, k, groups):
     """A policy's cells over seeds (one row per seed in xs): mean FLOPs; fast, deliberate@k and pass@k with 95% t
     intervals; fast accuracy per group."""
-    return dict(flops=f"{sum(x['cumulative_flops'] for x in xs) / len(xs):.2e}",
+    return dict(flops=f"{mean([x['cumulative_flops'] for x in xs]):.2e}",
                 fast=mean_ci([x["fast_accuracy"] for x in xs]),
                 deliberate=mean_ci([x["deliberate_accuracy"] for x in xs]),
                 pass_at_k=mean_ci([x["deliberate_pass_at_k"][f"pass@{k}"] for x in xs]),
-                groups=[f"{sum(x['fast_by_group'][g] for x in xs) / len(xs):.2f}" for g in groups])
+                groups=[f"{mean([x['fast_by_group'][g] for x in xs]):.2f}" for g in groups])
 
 
 FLOPS_MATCH = 0.1  # a baseline checkpoint stands for a round when its FLOPs are within 10% of the round's
+
+
+def baseline_at(runs, baseline_dirs, r):
+    """[(step, FLOPs)] of each seed's baseline checkpoint nearest round r's FLOPs (runs: each seed's rows), or None
+    when one of them is not within FLOPS_MATCH of its round."""
+    at = [checkpoint_at(base, rows[r]["cumulative_flops"]) for rows, base in zip(runs, baseline_dirs)]
+    if any(abs(flops - rows[r]["cumulative_flops"]) > FLOPS_MATCH * rows[r]["cumulative_flops"]
+           for rows, (_, flops) in zip(runs, at)):
+        return None
+    return at
 
 
 def mean_table(rounds_dirs, baseline_dirs=()):
@@ -150,9 +164,8 @@ def mean_table(rounds_dirs, baseline_dirs=()):
     for r in range(min(len(rows) for rows in runs)):
         # round 0 is the starting checkpoint for both
         methods = [("start (both)" if baseline_dirs and not r else "rounds", [rows[r] for rows in runs], "-")]
-        at = [checkpoint_at(base, rows[r]["cumulative_flops"]) for rows, base in zip(runs, baseline_dirs)] if r else []
-        if any(abs(flops - rows[r]["cumulative_flops"]) > FLOPS_MATCH * rows[r]["cumulative_flops"]
-               for rows, (_, flops) in zip(runs, at)):
+        at = baseline_at(runs, baseline_dirs, r) if r and baseline_dirs else []
+        if at is None:
             unmatched.append(r)
         elif at:
             methods.append(("Dr. GRPO", [dict(evaluate_checkpoint(base, step, cfg), cumulative_flops=flops)
@@ -219,9 +232,9 @@ def versus_table(run_dirs, other_dirs):
             "deliberate: difference [95% bootstrap]"]
     lines = [f"{run_dirs[0]}... minus {other_dirs[0]}..., {len(run_dirs)} seeds",
              "| " + " | ".join(head) + " |", "| ---: | ---: | --- | --- |"]
-    mean_flops = lambda xs, r: sum(rows[r]["cumulative_flops"] for rows in xs) / len(xs)  # noqa: E731
     for r in range(1, n_rounds):
-        cells = [str(r), f"{mean_flops(runs, r):.2e} / {mean_flops(others, r):.2e}",
+        flops = [mean([rows[r]["cumulative_flops"] for rows in arm]) for arm in (runs, others)]
+        cells = [str(r), f"{flops[0]:.2e} / {flops[1]:.2e}",
                  *[rise_cell([correct_by_id(d, r, mode) for d in other_dirs],
                              [correct_by_id(d, r, mode) for d in run_dirs]) for mode in ("fast", "deliberate")]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -237,14 +250,12 @@ def baseline_paired_table(rounds_dirs, baseline_dirs):
             "deliberate: rounds - baseline [95% bootstrap]"]
     lines = [f"{len(rounds_dirs)} seeds", "| " + " | ".join(head) + " |", "| ---: | ---: | ---: | --- | --- |"]
     for r in range(1, min(len(rows) for rows in runs)):
-        at = [checkpoint_at(base, rows[r]["cumulative_flops"]) for rows, base in zip(runs, baseline_dirs)]
-        if any(abs(flops - rows[r]["cumulative_flops"]) > FLOPS_MATCH * rows[r]["cumulative_flops"]
-               for rows, (_, flops) in zip(runs, at)):
+        at = baseline_at(runs, baseline_dirs, r)
+        if at is None:
             continue  # no checkpoint at this round's FLOPs on some seed (mean_table says so)
         for base, cfg, (step, _) in zip(baseline_dirs, configs, at):
             evaluate_checkpoint(base, step, cfg)  # cached; writes the records read below
         dirs = [evaluation_dir(base, step, cfg) for base, cfg, (step, _) in zip(baseline_dirs, configs, at)]
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         cells = [str(r), f"{mean([rows[r]['cumulative_flops'] for rows in runs]):.2e} / "
                          f"{mean([flops for _, flops in at]):.2e}", " / ".join(str(step) for step, _ in at),
                  *[rise_cell([correct_by_id(d, 0, mode) for d in dirs], [correct_by_id(d, r, mode) for d in rounds_dirs])
@@ -337,7 +348,7 @@ def temperature_mean_table(run_dirs, temperature):
         cells = [str(r), mean_ci([x["fast_accuracy"] for x in xs]), mean_ci([x["deliberate_accuracy"] for x in xs]),
                  mean_ci([y["deliberate_accuracy"] for y in ys]),
                  mean_ci([y["deliberate_pass_at_k"][f"pass@{k}"] for y in ys]),
-                 *[f"{sum(y['deliberate_by_group'][g] for y in ys) / len(ys):.2f}" for g in groups]]
+                 *[f"{mean([y['deliberate_by_group'][g] for y in ys]):.2f}" for g in groups]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -350,7 +361,6 @@ def sources_table(run_dirs, level):
     sources = ("sample", "adaptive", "hint")
     head = ["round", *[f"traces from {s}" for s in sources], "problems hinted", f"fast accuracy, rung {level}"]
     lines = [f"rung {level}, mean of {len(runs)} runs", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     for r in range(min(len(rows) for rows in runs)):
         xs = [rows[r] for rows in runs]
         found = [mean([x.get("selected_by_source", {}).get(s, {}).get(str(level), 0) for x in xs]) for s in sources]
@@ -370,10 +380,10 @@ def compute_table(run_dirs):
     lines = [f"mean of {len(runs)} runs", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
     for r in range(1, min(len(rows) for rows in runs)):
         xs = [rows[r] for rows in runs]
-        mean = lambda key: sum(x.get(key, 0) for x in xs) / len(xs)  # noqa: E731
-        cells = [str(r), f"{mean('deliberation_samples'):,.0f}", f"{mean('hinted_samples'):,.0f}",
-                 f"{mean('deliberation_tokens'):,.0f}", f"{mean('training_tokens'):,.0f}",
-                 f"{mean('round_flops'):.2e}", f"{mean('cumulative_flops'):.2e}"]
+        counts = [mean([x.get(key, 0) for x in xs]) for key in
+                  ("deliberation_samples", "hinted_samples", "deliberation_tokens", "training_tokens")]
+        flops = [mean([x.get(key, 0) for x in xs]) for key in ("round_flops", "cumulative_flops")]
+        cells = [str(r), *(f"{v:,.0f}" for v in counts), *(f"{v:.2e}" for v in flops)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
