@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import symbolic  # noqa: E402
 import verify  # noqa: E402
 
 FILLER = 'We expand, simplify and check each case carefully. ' * 20  # ~1 KB of reasoning before the box
@@ -107,12 +108,12 @@ def main():
     if args.cpu >= 0:
         os.sched_setaffinity(0, {args.cpu})
     calls = [0]
-    ask = verify._ask_worker
+    ask = symbolic._ask_worker
 
     def counted(msg, deadline):  # count the comparisons that reach the sympy worker
         calls[0] += 1
         return ask(msg, deadline)
-    verify._ask_worker = counted
+    symbolic._ask_worker = counted
     pairs = make_pairs()
     plain = [p for p in pairs if p[3]]
     start = time.perf_counter()
@@ -123,14 +124,14 @@ def main():
     report('verify.grade, plain numbers', plain, *rate(ours, plain, args.repeat))
     report('verify.grade, symbolic/structured', [p for p in pairs if not p[3]],
            *rate(ours, [p for p in pairs if not p[3]], args.repeat))
-    symbolic = []
+    to_sympy = []
     for pair in pairs:  # the pairs whose check needs the sympy worker
         calls[0] = 0
         ours([pair])
         if calls[0]:
-            symbolic.append(pair)
-    print(f'{len(symbolic)} of {len(pairs)} pairs reach the sympy worker')
-    report('verify.grade, reaching sympy', symbolic, *rate(ours, symbolic, args.repeat))
+            to_sympy.append(pair)
+    print(f'{len(to_sympy)} of {len(pairs)} pairs reach the sympy worker')
+    report('verify.grade, reaching sympy', to_sympy, *rate(ours, to_sympy, args.repeat))
     per_s, mine = rate(ours, pairs, args.repeat)
     report('verify.grade, all', pairs, per_s, mine)
     report('verify.grade_batch, all', pairs, *rate(ours_batch, pairs, args.repeat))

@@ -7,7 +7,7 @@ The repo's import graph, from the source alone (ast, nothing is imported), and t
    research program (research/): the MATH path needs neither.
 2. Research programs (and the workshop's solutions) use the core's public names only: no `module._name`, no
    `from module import _name`. (A core file's own benchmark may time its internals: benchmarks/bench_verify.py
-   counts verify's sympy calls.)
+   counts symbolic's sympy calls.)
 3. Imports run one way between the core's layers: no core file imports a file that imports it back.
 tests/test_layout.py runs the same checks.
 """
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ("model", "checkpoint", "sample", "verify", "problems", "objectives", "train_rl", "evaluate")  # + tiny.py
+CORE = ("model", "checkpoint", "sample", "symbolic", "verify", "problems", "objectives", "train_rl", "evaluate")  # + tiny.py
 OPTIONS = ("curriculum", "looped", "lora", "distributed", "runs", "stats", "diversity", "cli")
 TINY = "tiny"
 

@@ -1,11 +1,11 @@
 """
 How many planted bugs does the test suite catch? Mutation testing of the core files (train_rl.py, objectives.py,
-runs.py, evaluate.py, problems.py and verify.py by default; any file TESTS names): each mutant is one small change
-(a comparison or arithmetic operator swapped, a constant moved by one, a condition forced false, an error left
-unraised, a statement dropped), applied in a scratch copy of the repo; the file's own tests run against it, and a
-mutant that passes them all survives.
+runs.py, evaluate.py, problems.py, verify.py and symbolic.py by default; any file TESTS names): each mutant is one
+small change (a comparison or arithmetic operator swapped, a constant moved by one, a condition forced false, an
+error left unraised, a statement dropped), applied in a scratch copy of the repo; the file's own tests run against
+it, and a mutant that passes them all survives.
 
-    python benchmarks/mutation.py                     # 60 seeded mutants over the six files (~30 min, not re-timed)
+    python benchmarks/mutation.py                     # 70 seeded mutants over the seven files (~35 min, not re-timed)
     python benchmarks/mutation.py --per-file 4 --files problems.py   # a quick look
     python benchmarks/mutation.py --rev REV           # the same draw over git REV's code, judged by its tests
 
@@ -42,6 +42,7 @@ TESTS = {
     "problems.py": ["tests/test_problems.py", "tests/test_evaluate.py", "tests/test_cli.py", "tests/test_train_rl.py",
                     *NOT_SLOW],
     "verify.py": ["tests/test_verify.py"],
+    "symbolic.py": ["tests/test_symbolic.py", "tests/test_verify.py"],  # is_equivalent runs it end to end
     # the caches are tested through the sampler; config.json parsing errors through checkpoint.load_model
     "model.py": ["tests/test_model.py", "tests/test_checkpoint.py", "tests/test_sample.py"],
     "checkpoint.py": ["tests/test_checkpoint.py", "tests/test_model.py"],
@@ -210,7 +211,7 @@ def scratch_copy(rev):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", default="train_rl.py,objectives.py,runs.py,evaluate.py,problems.py,verify.py",
+    ap.add_argument("--files", default="train_rl.py,objectives.py,runs.py,evaluate.py,problems.py,verify.py,symbolic.py",
                     help=f"comma-separated, each one of {', '.join(TESTS)}")
     ap.add_argument("--per-file", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)

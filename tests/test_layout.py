@@ -36,8 +36,9 @@ def test_private_names_are_found_through_any_alias(tmp_path):
 
 
 def test_core_files_read_in_one_sitting():
-    """No core or option file over ~600 lines but verify.py, the grader's rule pile (one tested rule each)."""
+    """No core or option file over ~600 lines: a longer one holds two concepts (verify.py's symbolic half is
+    symbolic.py)."""
     sizes = {p.name: len(p.read_text().splitlines()) for p in ROOT.glob("*.py")}
     assert set(sizes) >= {f"{m}.py" for m in IG.CORE + IG.OPTIONS}
-    too_long = {name: n for name, n in sizes.items() if n > 630 and name != "verify.py"}
+    too_long = {name: n for name, n in sizes.items() if n > 630}
     assert not too_long, too_long
