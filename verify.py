@@ -413,17 +413,23 @@ GRADERS = ("answer", "steps")  # the final answer (grade), or the tiny ladder's 
 NUMBER_OR_OP = re.compile(r"\d+|(?<= )[+*-](?= )")  # operators stand between spaces in tiny.make_problem's text
 
 
-def chain(problem):
-    """(worked lines, final value) of a tiny-world expression, parsed (never evaluated) and computed left to right,
-    the order tiny.make_problem applies its operations in (its brackets only ever say so)."""
+def operations(problem):
+    """(first number, [(operator, number), ...]) of a tiny-world expression, read left to right as tiny.make_problem
+    builds it (its brackets only ever say so); ValueError for any other text."""
     tokens = NUMBER_OR_OP.findall(problem)
     alternate = [t.isdigit() for t in tokens] == [i % 2 == 0 for i in range(len(tokens))]  # number op number ...
     every_op = len(re.findall(r"[+*-]", problem)) == len(tokens) // 2  # each operator read: '1 + 2 *' is no chain
     if not (re.fullmatch(r"[\d+*() -]+", problem) and len(tokens) >= 3 and len(tokens) % 2 and alternate and every_op):
         raise ValueError(f"--grader steps grades the tiny world's expressions only, not {problem[:40]!r}")
-    value, lines = int(tokens[0]), []
-    for op, b in zip(tokens[1::2], tokens[2::2]):
-        new = value + int(b) if op == "+" else value - int(b) if op == "-" else value * int(b)
+    return int(tokens[0]), [(op, int(b)) for op, b in zip(tokens[1::2], tokens[2::2])]
+
+
+def chain(problem):
+    """(worked lines, final value) of a tiny-world expression, parsed (never evaluated) and computed left to right."""
+    value, steps = operations(problem)
+    lines = []
+    for op, b in steps:
+        new = value + b if op == "+" else value - b if op == "-" else value * b
         lines.append(f"{value} {op} {b} = {new}")
         value = new
     return lines, value

@@ -11,14 +11,11 @@ import pytest
 import torch
 
 import evaluate as E
-import model as M
 import problems as P
 from research.rounds import rounds as R
-import tiny
 import train_rl as T
 from conftest import make_char_model
 import checkpoint
-import runs
 import verify
 
 # A small run on the tiny world's 2-3 operation problems (the step grader works there too): fast enough for the
@@ -69,8 +66,7 @@ def test_decomposition_pieces_by_hand():
     assert [R.chunk_sizes(n, 3) for n in (2, 3, 4, 5, 6)] == [[2], [3], [2, 2], [3, 2], [3, 3]]
     assert R.expression(68, [("-", "52"), ("+", "63"), ("*", "4"), ("-", "16")]) == "(68 - 52 + 63) * 4 - 16"
     for p in P.load_problems("tiny_ladder_val"):  # the generator's own texts, rebuilt from their parsed steps
-        tokens = verify.NUMBER_OR_OP.findall(p["problem"])
-        assert R.expression(int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))) == p["problem"]
+        assert R.expression(*verify.operations(p["problem"])) == p["problem"]
 
 
 def test_frontier_keeps_the_solved_rungs_and_the_next_by_hand():

@@ -403,6 +403,7 @@ def test_degrees_in_a_trig_argument_survive_normalization():
 
 def test_check_steps_pays_the_worked_chain_only():
     problem = '(3 + 4) * 2 - 5'  # left to right: 3 + 4 = 7, 7 * 2 = 14, 14 - 5 = 9
+    assert verify.operations(problem) == (3, [('+', 4), ('*', 2), ('-', 5)])
     assert verify.chain(problem) == (['3 + 4 = 7', '7 * 2 = 14', '14 - 5 = 9'], 9)
     worked = '3 + 4 = 7\n7 * 2 = 14\n\n14 - 5 = 9\n\\boxed{9}'
     assert verify.check_steps(worked, problem, '9') and verify.check_steps(worked.replace(' ', ''), problem, ' 9')
@@ -414,5 +415,7 @@ def test_check_steps_pays_the_worked_chain_only():
 
 @pytest.mark.parametrize('problem', ['1 + 2 3', '1 + 2 3 + 4', '1 + 2 *', '-1 + 2', '7', 'What is $1 + 1$?', '2 ** 3'])
 def test_chain_refuses_what_is_not_a_tiny_expression(problem):
+    with pytest.raises(ValueError, match='--grader steps'):
+        verify.operations(problem)
     with pytest.raises(ValueError, match='--grader steps'):
         verify.chain(problem)

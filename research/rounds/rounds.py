@@ -261,17 +261,14 @@ def decompose(policy, tokenizer, problems, cfg, out_dir, seed, k, dataset):
     """Least-to-most deliberation (Zhou et al. 2023) on tiny-world problems: each of k samples solves the
     problem's operations --chunk-ops at a time, each piece a fresh call of the policy on a sub-problem that
     starts from the value the previous call boxed; the calls' worked lines are joined into one response, graded
-    as any other. Only the problem text is used (parsed as verify.chain parses it); the policy writes every
+    as any other. Only the problem text is used (read by verify.operations); the policy writes every
     line. Each sample lists its calls as [prompt tokens, completion tokens], whose FLOPs are the deliberation's.
 Returns evaluate.py's records (one per problem, k samples) and summary; the records are the cache."""
     if (out_dir / "summary.json").exists():
         return E.read_records(out_dir / "records.jsonl")[0], json.loads((out_dir / "summary.json").read_text())
     t0, budget = time.time(), cfg.slow_max_new_tokens or cfg.max_new_tokens
     stop = tokenizer.stop_token_ids(chat=cfg.template != "base")
-    parsed = []
-    for p in problems:
-        tokens = verify.NUMBER_OR_OP.findall(p["problem"])
-        parsed.append((int(tokens[0]), list(zip(tokens[1::2], tokens[2::2]))))
+    parsed = [verify.operations(p["problem"]) for p in problems]
     # state per (problem, sample): the value so far, the steps left, the lines written, tokens and calls made
     states = [dict(value=str(v), left=steps, head="", lines=[], tokens=0, calls=[], finish="stop", box=None)
               for v, steps in parsed for _ in range(k)]
