@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ("model", "checkpoint", "sample", "symbolic", "verify", "problems", "objectives", "train_rl", "evaluate")  # + tiny.py
+CORE = ("model", "checkpoint", "sample", "symbolic", "verify", "problems", "objectives", "train_rl",
+        "evaluate")  # + tiny.py
 OPTIONS = ("curriculum", "looped", "lora", "distributed", "runs", "stats", "diversity", "cli")
 TINY = "tiny"
 

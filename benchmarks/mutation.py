@@ -211,7 +211,8 @@ def scratch_copy(rev):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", default="train_rl.py,objectives.py,runs.py,evaluate.py,problems.py,verify.py,symbolic.py",
+    ap.add_argument("--files",
+                    default="train_rl.py,objectives.py,runs.py,evaluate.py,problems.py,verify.py,symbolic.py",
                     help=f"comma-separated, each one of {', '.join(TESTS)}")
     ap.add_argument("--per-file", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
