@@ -279,6 +279,9 @@ def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
             raise ValueError(f"{path}: tensor {key!r} has shape {tuple(t.shape)}, expected "
                              f"{tuple(expected[key])} from config.json")
         state[key] = t.to(device=device, dtype=dtype)
+        if not bool(torch.isfinite(state[key]).all()):  # refused here, before a script claims its --out
+            raise ValueError(f"{path}: tensor {key!r} holds non-finite values (NaN or inf); this checkpoint cannot "
+                             f"be used")
     missing = [k for k in expected if k not in state and not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing:
         raise ValueError(f"{model_dir}: checkpoint is missing tensor(s) {missing[:5]}"
@@ -324,11 +327,20 @@ def save_model(model, path, tokenizer=None):
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if tokenizer is not None:
             shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
-        old = path.with_name(path.name + ".old")
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(f"{path}: is a file, not a checkpoint directory; save the model elsewhere")
+        old = None  # the previous checkpoint, under a name of its own (never a user's PATH.old), until replaced
         if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
             os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:
+                os.replace(old, path)  # put the previous checkpoint back
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path

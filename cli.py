@@ -15,6 +15,8 @@ for bad input.
 import argparse
 import errno
 import functools
+import shutil
+import signal
 import sys
 from dataclasses import field, fields
 
@@ -109,6 +111,8 @@ def check_fields(cfg):
             raise ValueError(f"{flag(f.name)} must be one of {', '.join(map(str, choices))}, got {value!r}")
         if spec is not None and not in_range(value, spec):
             raise ValueError(f"{flag(f.name)} must be {range_words(spec)}, got {value}")
+        if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+            raise ValueError(f"{flag(f.name)} must fit in 64 bits (between -2**63 and 2**63 - 1), got {value}")
 
 
 def flag(name):
@@ -148,26 +152,50 @@ DISK_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quot
 
 def error_line(e):
     """The one line an expected error prints, or None for a bug."""
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        src, dst, why = e.args[0][0]  # copytree's list of (source, destination, reason); the first is enough
+        return f"{dst}: {why}; free space, fix the permissions, or choose another --out"
     if isinstance(e, OSError) and e.errno in DISK_ERRORS:
         where = e.filename or "a file"
         return (f"{where}: {DISK_ERRORS[e.errno]}; free space, fix the permissions, or choose another --out "
-                f"(nothing was left half-written)")
+                f"(checkpoints and final/ are written whole or not at all; a log line cut short is dropped on "
+                f"--resume)")
     if isinstance(e, EXPECTED_ERRORS):
         return str(e)
     return None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, `timeout`, `kill`): raised where Ctrl-C's KeyboardInterrupt is, so a script
+    saves what it saves on Ctrl-C; run_main then exits with 143 (128 + 15, as a shell reports SIGTERM)."""
+    signum = signal.SIGTERM
+
+
+def raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def run_main(main, prog):
     """Run a command-line main: expected errors end the program with one `prog: error: ...` line (exit 2, as
-    argparse's own errors), Ctrl-C with exit status 130 (after what the script saves on it)."""
+    argparse's own errors); Ctrl-C and SIGTERM run what the script saves on an interrupt, then exit with status
+    130 (Ctrl-C) or 143 (SIGTERM), 128 + the signal's number as a shell reports it."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         return main()
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        for s in (signal.SIGINT, signal.SIGTERM):  # another one now would end us by the signal, not this status
+            signal.signal(s, signal.SIG_IGN)
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"\n{prog}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        sys.exit(128 + signum)
     except Exception as e:  # noqa: BLE001 -- sorted into expected errors and bugs just below
         line = error_line(e)
         if line is None:
             raise
         print(f"{prog}: error: {line}", file=sys.stderr)
         sys.exit(2)
+    finally:  # as the caller had them: a main run in-process (tests, research) leaves no signal ignored
+        for s, handler in previous.items():
+            if handler is not None:
+                signal.signal(s, handler)

@@ -85,6 +85,7 @@ def read_records(path, partial_tail_ok=False):
         r = P.parse_json_line(path, lineno, line)
         if "id" not in r or "correct" not in r:
             raise ValueError(f"{path}:{lineno}: not an evaluation record (needs 'id' and 'correct')")
+        P.check_id(path, lineno, r)
         if r["id"] in seen:
             raise ValueError(f"{path}:{lineno}: id {r['id']!r} was already recorded on line {seen[r['id']]}")
         seen[r["id"]] = lineno
@@ -407,6 +408,7 @@ def read_responses(path, problems):
     for lineno, row in P.read_jsonl(path):
         if "id" not in row or not isinstance(row.get("response"), str):
             raise ValueError(f"{path}:{lineno}: each row needs 'id' and 'response' (a string)")
+        P.check_id(path, lineno, row)
         if row["id"] not in groups:
             raise ValueError(f"{path}:{lineno}: unknown id {row['id']!r}: not a problem of this data set "
                              f"(or beyond --limit)")
@@ -538,6 +540,8 @@ class EvalConfig:
     compile: bool = run_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
     continuous: bool | None = run_arg(None, "continuous batching (default: on CUDA; chunks on a CPU); the records are "
                                             "the same either way")
+    threads: int = run_arg(0, "torch CPU threads (0: one per core); on a machine another job keeps busy, 1 is faster "
+                              "(benchmarks/bench_threads.py)", range="[0, inf)")
     out: str | None = run_arg(None, "output directory (default runs/eval/<model>-<dataset>)")
 
 
@@ -575,6 +579,8 @@ def main(argv=None):
         parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
         parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
         args = parser.parse_args(argv[1:])
+        if args.n_boot < 1:
+            raise ValueError(f"--n-boot must be at least 1, got {args.n_boot}")
         result = compare(args.a, args.b, args.n_boot, args.seed)
         print(format_compare(result))
         return result
@@ -588,16 +594,20 @@ def main(argv=None):
     name += f"-loop{cfg.loop.replace(':', '-')}" if cfg.loop else ""
     out = Path(cfg.out or f"runs/eval/{name}-{Path(cfg.dataset).stem}")
     runs.check_out(out, "eval", resume=True)
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    runs.set_threads(cfg.threads, device)
     tokenizer = checkpoint.load_tokenizer(cfg.model)
     if cfg.responses:
         read_responses(cfg.responses, problems)  # a malformed file fails before --out is made
+        P.check_prompts_fit([(cfg.dataset, problems)], tokenizer, cfg.template, 0, float("inf"))  # encodable
         runs.claim(out, "eval", resume=True)  # held until this process ends
         _, summary = grade_responses(cfg.responses, problems, tokenizer, cfg.template, out, cfg.dataset,
                                      cfg.group_by, cfg.grader)
     else:
-        device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = getattr(torch, cfg.dtype) if cfg.dtype else default_dtype(device)
         net = looped.add_loop(checkpoint.load_model(cfg.model, dtype=dtype, device=device), cfg.loop)
+        P.check_prompts_fit([(cfg.dataset, problems)], tokenizer, cfg.template, cfg.max_new_tokens,
+                            net.config.max_position_embeddings)  # a long or unencodable problem, named, before --out
         runs.claim(out, "eval", resume=True)  # held until this process ends
         print(f"evaluate.py: {cfg.model} on {cfg.dataset} ({len(problems)} problems), {cfg.max_new_tokens} new tokens, "
               + (f"{cfg.samples} samples at T {cfg.temperature:g}" if cfg.samples > 1 else "greedy")

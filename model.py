@@ -87,19 +87,30 @@ class Qwen3Config:
                                "num_attention_heads", "num_key_value_heads") if d.get(k) is None]
         if missing:
             raise ValueError(f"{source}: missing required keys {missing}")
-        if d.get("head_dim") is None:
-            kwargs["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
         for f in fields(cls):  # a wrong-typed field (a string where a number belongs) fails here, named
             want = (int, float) if f.type in (float, "float") else (bool,) if f.type in (bool, "bool") else \
-                (int,) if f.type in (int, "int") else None
+                (int,) if f.type in (int, "int", int | None, "int | None") else None
             if f.name in kwargs and want and (not isinstance(kwargs[f.name], want) or
                                               (want != (bool,) and isinstance(kwargs[f.name], bool))):
-                raise ValueError(f"{source}: {f.name}={kwargs[f.name]!r} must be {want[0].__name__}")
+                raise ValueError(f"{source}: {f.name}={kwargs[f.name]!r} must be {want[0].__name__}"
+                                 f"{' or null' if 'None' in str(f.type) else ''}")
+        if d.get("head_dim") is None and kwargs["num_attention_heads"] > 0:
+            kwargs["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]
         config = cls(**kwargs)
         config.check(source)
         return config
 
+    POSITIVE = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings", "rope_theta", "rms_norm_eps")
+
     def check(self, source):
+        """Ranges a config must lie in to build a model (types are checked by from_dict): sizes, RoPE base and norm
+        epsilon > 0 and finite, heads a multiple of the key/value heads (grouped-query attention)."""
+        for name in self.POSITIVE:
+            value = getattr(self, name)
+            if not (0 < value < float("inf")):  # also NaN
+                raise ValueError(f"{source}: {name}={value!r} must be > 0"
+                                 f"{' and finite' if name in ('rope_theta', 'rms_norm_eps') else ''}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"{source}: num_attention_heads={self.num_attention_heads} is not a multiple "
                              f"of num_key_value_heads={self.num_key_value_heads}")

@@ -59,9 +59,19 @@ def parse_json_line(path, lineno, line):
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path}:{lineno}: JSON nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts (sys.set_int_max_str_digits)
+        raise ValueError(f"{path}:{lineno}: not readable JSON ({str(e)[:200]})") from None
     if not isinstance(row, dict):
         raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
     return row
+
+
+def check_id(path, lineno, row):
+    """A row's "id", when it has one, is a string or an integer (it keys records, bands and responses)."""
+    if "id" in row and (not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool)):
+        raise ValueError(f"{path}:{lineno}: 'id' must be a string or an integer, got {type(row['id']).__name__}")
 
 
 def read_jsonl(path):
@@ -82,7 +92,12 @@ def load_problems(name_or_path, limit=None):
     """Rows of a dataset as dicts with at least id, source, problem, answer (errors name file and line). Names joined
     by + are concatenated (tiny_ladder_val+tiny_ladder_far_val); limit applies to the whole."""
     if "+" in str(name_or_path) and not Path(name_or_path).is_file():
-        rows = [row for part in str(name_or_path).split("+") for row in load_problems(part)]
+        parts = str(name_or_path).split("+")
+        for part in parts:
+            if part not in DATASETS and not Path(part).is_file():
+                raise FileNotFoundError(f"{name_or_path}: no such dataset file, nor data sets joined by + ({part!r} is "
+                                        f"neither a known name nor a file); known: {', '.join(DATASETS)}")
+        rows = [row for part in parts for row in load_problems(part)]
         return rows[:limit] if limit is not None else rows
     path = dataset_path(name_or_path)
     name = name_or_path if name_or_path in DATASETS else path.stem
@@ -91,6 +106,7 @@ def load_problems(name_or_path, limit=None):
         for key in ("problem", "answer"):
             if not isinstance(row.get(key), str) or not row[key].strip():
                 raise ValueError(f"{path}:{lineno}: missing or empty {key!r} field")
+        check_id(path, lineno, row)
         row.setdefault("id", f"{name}/{lineno - 1:05d}")
         row.setdefault("source", name)
         rows.append(row)
@@ -207,7 +223,23 @@ def check_prompts_fit(named_sets, tokenizer, template, budget, context):
     too long fails before anything is written, named, not mid-run."""
     for name, rows in named_sets:
         for p in rows:
-            n = len(tokenizer.encode(format_prompt(p["problem"], template)))
+            n = len(encode_prompt(tokenizer, format_prompt(p["problem"], template), name, p))
             if n + budget > context:
                 raise ValueError(f"{name}: problem {p['id']!r} has a {n}-token prompt, which with a {budget}-token "
                                  f"budget exceeds the model's {context}-token context; drop it or lower the budget")
+
+
+def encode_prompt(tokenizer, text, name, problem):
+    """The token ids of a prompt; a character the tokenizer cannot encode (the tiny world's has no unknown token) is
+    an error naming the data set, the problem and the characters."""
+    try:
+        return tokenizer.encode(text)
+    except Exception as e:  # noqa: BLE001 -- tokenizers raises a bare Exception ("WordLevel error: Missing [UNK] ...")
+        bad = []
+        for c in sorted(set(text)):
+            try:
+                tokenizer.encode(c)
+            except Exception:  # noqa: BLE001
+                bad.append(c)
+        raise ValueError(f"{name}: problem {problem['id']!r} has characters the model's tokenizer cannot encode "
+                         f"({', '.join(map(repr, bad[:10])) or e}); drop the problem or use another model") from None

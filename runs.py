@@ -21,8 +21,10 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -215,12 +217,52 @@ def read_log(path, repair=False):
     return rows
 
 
-def truncate_log(path, last_step):
-    """Keep the lines logged at or before last_step (the steps after it are redone on resume)."""
+def truncate_log(path, last_step, tests_before=None):
+    """Keep the lines logged at or before last_step (the steps after it are redone on resume), and of the held-out
+    test rows only those before step tests_before (the resumed run evaluates the test split again at that step:
+    at 0, before training, or at the end of a finished run). Atomic: a kill here leaves the old log or the new."""
     path = Path(path)
     if path.exists() and D.this_rank() == 0:
-        keep = [row for row in read_log(path, repair=True) if row["step"] <= last_step]
-        path.write_text("".join(json.dumps(row) + "\n" for row in keep))
+        tests_before = last_step + 1 if tests_before is None else tests_before
+        keep = [row for row in read_log(path, repair=True)
+                if row["step"] <= last_step and ("test_accuracy" not in row or row["step"] < tests_before)]
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
+        os.replace(tmp, path)
+
+
+def resume_logs(run_dir, start_step, unlogged):
+    """On a resume from start_step: cut the logs to what the checkpoint holds (to the step before, when its own
+    lines are still to be written: `unlogged`, see save_checkpoint), and the compute totals to go on from.
+    Returns (the last step logged, the totals)."""
+    logged = start_step - 1 if unlogged else start_step
+    totals = logged_totals(Path(run_dir) / "metrics.jsonl", logged)
+    if unlogged:
+        totals = {k: unlogged["metrics"][k] for k in totals}
+    D.barrier()  # every rank has read the totals before rank 0 truncates the log
+    truncate_log(Path(run_dir) / "metrics.jsonl", logged, tests_before=start_step)  # a test there is evaluated again
+    truncate_log(Path(run_dir) / "samples.jsonl", logged)
+    return logged, totals
+
+
+def sample_rows(rollouts, step):
+    """samples.jsonl's lines for a step's first rollouts."""
+    return [dict(step=step, id=r["problem"]["id"], answer=r["problem"]["answer"], response=r["text"],
+                 reward=r["reward"], correct=r["correct"]) for r in rollouts]
+
+
+def log_step(run_dir, pending, validate, eval_every):
+    """A finished step's lines in metrics.jsonl and samples.jsonl (pending: its metrics row and samples), after
+    its validation when due: validate(label) -> (accuracy, by group), every eval_every steps. Returns the seconds
+    the validation took, or None."""
+    metrics, seconds = pending["metrics"], None
+    if validate and eval_every and metrics["step"] % eval_every == 0:
+        t0 = time.time()
+        metrics["val_accuracy"], metrics["val_accuracy_by_group"] = validate(f"validation after step {metrics['step']}")
+        seconds = time.time() - t0
+    for name, row in [("metrics", metrics)] + [("samples", row) for row in pending["samples"]]:
+        append_jsonl(Path(run_dir) / f"{name}.jsonl", row)
+    return seconds
 
 
 def logged_totals(path, last_step):
@@ -277,13 +319,50 @@ def print_progress(m, cfg, elapsed, done, eval_seconds):
 
 
 # -----------------------------------------------------------------------------
+# Interrupts: Ctrl-C (SIGINT) and SIGTERM (cli.run_main raises both) held back while what must finish whole runs
+
+HOLD = dict(previous=None, received=[])  # the handlers held signals replace, and the signals that came meanwhile
+
+
+def hold_interrupts():
+    """From now until release_interrupts(), Ctrl-C and SIGTERM are remembered, not raised: an optimizer update and
+    the bookkeeping that names its step, or the checkpoint an interrupt saves, is never cut in two. (Main thread
+    only; calling it again while held changes nothing.)"""
+    if HOLD["previous"] is not None or threading.current_thread() is not threading.main_thread():
+        return
+    HOLD.update(previous={s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}, received=[])
+    for s in HOLD["previous"]:
+        signal.signal(s, remember_signal)
+
+
+def remember_signal(signum, frame):
+    HOLD["received"].append(signum)
+    print(f"\n{signal.Signals(signum).name} received: it takes effect once the update or checkpoint in progress is "
+          f"complete", file=sys.stderr, flush=True)
+
+
+def release_interrupts(raise_held=True):
+    """Stop holding. With raise_held, a signal that came meanwhile is delivered now to the handler it would have met
+    (Ctrl-C's KeyboardInterrupt, cli.run_main's SIGTERM), so it is raised here."""
+    previous, received = HOLD["previous"], HOLD["received"]
+    if previous is None:
+        return
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+    HOLD.update(previous=None, received=[])
+    if raise_held and received:
+        signal.raise_signal(received[0])
+
+
+# -----------------------------------------------------------------------------
 # Training checkpoints: checkpoints/step_N/ (the model, and what --resume needs), final/
 
 
-def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=None):
+def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=None, unlogged=None):
     """HF-layout weights (adapters merged) + optimizer state (safetensors) + trainer state (JSON) + the data
-    state (selection.json: pass-rate table, replay buffer), atomically. Every rank calls it (FSDP gathers
-    shards, a collective); rank 0 writes."""
+    state (selection.json: pass-rate table, replay buffer), atomically. unlogged: the step's metrics row and
+    samples when an interrupt came before they were logged (a resume logs them, validating first if due). Every
+    rank calls it (FSDP gathers shards, a collective); rank 0 writes."""
     weights, opt_state = D.gathered_state(policy, optimizer) if D.is_sharded(policy) else (None, optimizer.state_dict())
     if D.this_rank() != 0:
         return
@@ -296,43 +375,159 @@ def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=Non
         if D.has_lora(policy):
             tensors.update({f"adapter.{k}": v.contiguous().cpu() for k, v in lora.adapter_state_dict(policy).items()})
         checkpoint.save_tensors(tensors, tmp / "trainer_state.safetensors")
-        meta = dict(step=step, param_groups=opt_state["param_groups"], config=dataclasses.asdict(cfg))
+        meta = dict(step=step, param_groups=opt_state["param_groups"], config=dataclasses.asdict(cfg),
+                    **({"unlogged": unlogged} if unlogged else {}))
         (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
         if selection:
             (tmp / "selection.json").write_text(json.dumps({k: v.state() for k, v in selection.items()}))
+        os.chmod(tmp, dir_mode())  # as any directory the user makes (a temporary directory starts owner-only)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves no half checkpoint behind
         raise
+    replace_dir(tmp, path)
+
+
+def dir_mode():
+    """The permissions a new directory gets under this process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def replace_dir(new, path):
+    """Move directory `new` to `path`; a directory already there is moved aside first and deleted only after, so
+    an interrupt at any moment leaves path whole (or absent, with the old one under a hidden name)."""
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
     if path.exists():
-        shutil.rmtree(path)
-    os.replace(tmp, path)
+        os.replace(path, old)
+    os.replace(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def damaged(path, e):
+    return ValueError(f"{path}: cannot be read ({type(e).__name__}: {str(e)[:200]}); the checkpoint is damaged or "
+                      f"incomplete")
 
 
 def load_trainer_state(path, policy, optimizer):
-    """Restore optimizer moments and LoRA adapters; returns the step the checkpoint was taken after."""
+    """Restore optimizer moments and LoRA adapters; returns the step the checkpoint was taken after. A damaged
+    file is a ValueError naming it."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
-    meta = json.loads((Path(path) / "trainer_state.json").read_text())
-    tensors = load_file(str(Path(path) / "trainer_state.safetensors"))
-    state = {}
-    for key, v in tensors.items():
-        if key.startswith("state."):
-            _, i, name = key.split(".", 2)
-            state.setdefault(int(i), {})[name] = v
-    adapters = {k[len("adapter."):]: v for k, v in tensors.items() if k.startswith("adapter.")}
-    if adapters:
-        policy.load_state_dict(adapters, strict=False)
-    if D.is_sharded(policy) and state:  # (with no state yet, there is nothing to shard)
-        D.load_sharded_optimizer_state(policy, optimizer, {"state": state, "param_groups": meta["param_groups"]})
-    else:
-        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    return meta["step"]
+    path = Path(path)
+    try:
+        meta = json.loads((path / "trainer_state.json").read_text())
+        step, groups = int(meta["step"]), meta["param_groups"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise damaged(path / "trainer_state.json", e) from None
+    try:
+        tensors = load_file(str(path / "trainer_state.safetensors"))
+        state = {}
+        for key, v in tensors.items():
+            if key.startswith("state."):
+                _, i, name = key.split(".", 2)
+                state.setdefault(int(i), {})[name] = v
+        adapters = {k[len("adapter."):]: v for k, v in tensors.items() if k.startswith("adapter.")}
+        if adapters:
+            policy.load_state_dict(adapters, strict=False)
+        if D.is_sharded(policy) and state:  # (with no state yet, there is nothing to shard)
+            D.load_sharded_optimizer_state(policy, optimizer, {"state": state, "param_groups": groups})
+        else:
+            optimizer.load_state_dict({"state": state, "param_groups": groups})
+    except (OSError, SafetensorError, ValueError, KeyError, RuntimeError) as e:
+        raise damaged(path / "trainer_state.safetensors", e) from None
+    return step
+
+
+def check_steps_left(run_dir, steps):
+    """--resume --steps N: N may not be below the step the run's newest checkpoint holds."""
+    saved = checkpoint_steps(run_dir)
+    if saved and saved[-1] > steps:
+        raise ValueError(f"--steps {steps}: the run in {run_dir} is at step {saved[-1]} already; pass --steps "
+                         f"{saved[-1]} or more to resume it")
+
+
+def check_finite_weights(policy, step):
+    """A run whose weights went NaN or inf ends here, naming the step, not in the sampler of the next one."""
+    params = [p.to_local() if hasattr(p, "to_local") else p for p in policy.parameters()]
+    bad = D.reduce_numbers([int(not torch.stack([torch.isfinite(p.detach()).all() for p in params]).all())])[0]
+    if bad:
+        raise ValueError(f"step {step}: the update made the weights non-finite (NaN or inf); lower --lr or --grad-clip, "
+                         f"and --resume from the last checkpoint or start again")
+
+
+def check_checkpoint(path):
+    """Read every file of a training checkpoint, a tensor at a time; a damaged or missing one is a ValueError
+    naming it (a truncated safetensors file fails on its header)."""
+    from safetensors import SafetensorError, safe_open
+    path = Path(path)
+    for name in ("config.json", "trainer_state.json", "selection.json"):
+        if name != "selection.json" or (path / name).exists():
+            try:
+                meta = json.loads((path / name).read_text())
+                if name == "trainer_state.json":
+                    int(meta["step"]), meta["param_groups"]  # noqa: B018 -- what load_trainer_state reads
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise damaged(path / name, e) from None
+    for name in ("model.safetensors", "trainer_state.safetensors"):
+        try:
+            with safe_open(str(path / name), "pt") as f:
+                for key in f.keys():
+                    f.get_tensor(key)
+        except (OSError, SafetensorError) as e:
+            raise damaged(path / name, e) from None
+
+
+def readable_checkpoint(run_dir):
+    """The newest checkpoint that reads whole (check_checkpoint), or None if there is none at all. Newer ones that
+    do not are moved aside (checkpoints/step_N.damaged) with a warning; when every one is damaged, a ValueError
+    names the newest one's bad file and nothing is moved."""
+    damaged_ones = []
+    for step in reversed(checkpoint_steps(run_dir)):
+        path = Path(run_dir) / "checkpoints" / f"step_{step}"
+        try:
+            check_checkpoint(path)
+        except ValueError as e:
+            damaged_ones.append((path, e))
+            continue
+        for bad, e in damaged_ones:
+            aside = bad.with_name(f"{bad.name}.damaged")
+            print(f"warning: {e}; moved to {aside}; resuming from {path.name}", file=sys.stderr)
+            if D.this_rank() == 0:
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(bad, aside)
+        return path
+    if damaged_ones:
+        raise ValueError(f"--resume: {damaged_ones[0][1]}, and no earlier checkpoint reads whole; start the run "
+                         f"again in a new --out")
+    return None
+
+
+def unlogged(path):
+    """The metrics row and samples of the checkpoint's step if an interrupt came before they were logged, else None."""
+    return json.loads((Path(path) / "trainer_state.json").read_text()).get("unlogged")
 
 
 def load_selection(path, selection):
     """The data state saved with a checkpoint into the live selection objects (curriculum.py)."""
     if selection:
-        for name, state in json.loads((Path(path) / "selection.json").read_text()).items():
+        try:
+            saved = json.loads((Path(path) / "selection.json").read_text())
+        except (OSError, ValueError) as e:
+            raise damaged(Path(path) / "selection.json", e) from None
+        for name, state in saved.items():
             selection[name].load(state)
+
+
+def selection_state(selection):
+    """A copy of the data state, to put back if the step that changes it is interrupted."""
+    return json.loads(json.dumps({k: v.state() for k, v in selection.items()}))
+
+
+def load_selection_state(selection, state):
+    for name, saved in state.items():
+        selection[name].load(saved)
 
 
 def checkpoint_steps(run_dir):
@@ -345,18 +540,33 @@ def latest_checkpoint(run_dir):
 
 
 def keep_last_checkpoints(run_dir, n):
-    """--keep-checkpoints N: delete all but the newest n periodic checkpoints (0 keeps all)."""
+    """--keep-checkpoints N: delete all but the newest n periodic checkpoints (0 keeps all); each is renamed
+    first, so one an interrupt cuts short is never left half-deleted under its name."""
     if n and D.this_rank() == 0:
         for step in checkpoint_steps(run_dir)[:-n]:
-            shutil.rmtree(Path(run_dir) / "checkpoints" / f"step_{step}", ignore_errors=True)
+            path = Path(run_dir) / "checkpoints" / f"step_{step}"
+            gone = path.with_name(f".{path.name}.old")
+            shutil.rmtree(gone, ignore_errors=True)
+            os.replace(path, gone)
+            shutil.rmtree(gone, ignore_errors=True)
 
 
 def write_final(run_dir, step):
-    """final/: the last checkpoint's model without its trainer state, what evaluate.py --model loads."""
+    """final/: the last checkpoint's model without its trainer state, what evaluate.py --model loads. File by
+    file, so a full disk is the OSError naming the file (cli prints one line), and nothing half-copied is left."""
     if D.this_rank() != 0:
         return
     final, tmp = Path(run_dir) / "final", Path(run_dir) / ".final.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(Path(run_dir) / "checkpoints" / f"step_{step}", tmp, ignore=shutil.ignore_patterns("trainer_state.*"))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    tmp.mkdir()
+    try:
+        for f in sorted((Path(run_dir) / "checkpoints" / f"step_{step}").iterdir()):
+            if not f.name.startswith("trainer_state."):
+                try:
+                    shutil.copyfile(f, tmp / f.name)
+                except OSError as e:
+                    raise OSError(e.errno, e.strerror, str(final / f.name)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(tmp, final)

@@ -104,12 +104,13 @@ def inverse_cdf(weights, u, sums=None):
     total = edges[:, -1]
     target = u * total  # < total: u <= 1 - 2^-53, and the product never rounds up to the total
     block = torch.searchsorted(edges, target[:, None], right=True).squeeze(-1) - 1  # edges[b] <= target < edges[b+1]
+    block.clamp_(0, sums.shape[1] - 1)  # a no-op for finite weights; NaN ones then draw a junk token, not an error
     lo, hi = edges.gather(-1, block[:, None]).squeeze(-1), edges.gather(-1, block[:, None] + 1).squeeze(-1)
     tokens = block[:, None] * size + torch.arange(size, device=weights.device)
     cdf = weights.gather(-1, tokens).cumsum(-1, dtype=torch.float64)  # (B, size): inside the chosen block
     last = cdf[:, -1]  # the block's sum again; rescaling into it must not round up to it
     inside = torch.minimum((target - lo) / (hi - lo) * last, last.nextafter(torch.zeros_like(last)))
-    return tokens.gather(-1, torch.searchsorted(cdf, inside[:, None], right=True)).squeeze(-1)
+    return tokens.gather(-1, torch.searchsorted(cdf, inside[:, None], right=True).clamp_(max=size - 1)).squeeze(-1)
 
 
 def kept_tokens(logits, top_k, top_p):
@@ -297,7 +298,11 @@ def draw_tokens(logits, temperature, top_p, top_k, keys, steps, stop, results, r
     temperature 1) to the row's Completion; returns (tokens, which rows drew a stop token)."""
     token, logp = sample_next(logits.float(), temperature, top_p, top_k, keys, steps)
     done = torch.isin(token, stop)
-    for r, t, lp, d in zip(result_ids.tolist(), token.tolist(), logp.tolist(), done.tolist()):
+    logps = logp.tolist()
+    if not all(math.isfinite(lp) for lp in logps):  # NaN or inf logits make every log-prob of their row NaN
+        raise ValueError("the model's logits are not finite (NaN/inf): its weights or config.json (rope_theta, "
+                         "rms_norm_eps) are broken, or training diverged; lower the learning rate or use another model")
+    for r, t, lp, d in zip(result_ids.tolist(), token.tolist(), logps, done.tolist()):
         results[r].tokens.append(t)
         results[r].logprobs.append(lp)
         if d:

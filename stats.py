@@ -32,6 +32,8 @@ def bootstrap_paired(a, b, n_boot=10_000, seed=0):
     """Paired difference mean(b) - mean(a) of per-problem 0/1 scores and its 95% percentile bootstrap
     interval over problems (Efron & Tibshirani 1993). Each problem's difference is -1, 0 or 1, so one
     bootstrap resample is exactly a multinomial draw of those three counts."""
+    if not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1 (bootstrap resamples), got {n_boot!r}")
     d = np.asarray(b, dtype=int) - np.asarray(a, dtype=int)
     n = len(d)
     counts = np.array([(d == -1).sum(), (d == 0).sum(), (d == 1).sum()])

@@ -12,8 +12,9 @@ normalized strings, and `equal` decides it in three stages:
     difference at each fixed point). Variables are taken to be positive reals (lengths, counts), so sqrt(x^2) = x.
 Safety: model output never reaches eval/exec/sympify; sympy objects are built from our own parse. Sizes are
 bounded before sympy evaluates (answer length, exponents, factorials), and all sympy work runs in a persistent
-worker process (`python symbolic.py --sympy-worker`) that is killed and restarted when a check passes its time
-limit. A pathological answer compares as unequal; it never raises or stalls the caller.
+worker process (`python symbolic.py --sympy-worker`) that stops a check at its time limit and stays warm; one stuck
+in C code past the limit is killed, and a warm spare takes over. A pathological answer compares as unequal; it never
+raises or stalls the caller, and costs at most the limit (verify.TIMEOUT) in wall time.
 """
 
 import atexit
@@ -37,6 +38,7 @@ MAX_CHARS = 1000        # longer answers compare as strings only (reference answ
 MAX_DIGITS = 10_000     # refuse powers whose value would need more digits (9^{9^{9^9}})
 MAX_FACTORIAL = 1000    # refuse n! above this n ((10^{10^{10}})!)
 STARTUP_TIMEOUT = 60.0  # the worker's one-off sympy import; not counted against a check's limit
+KILL_GRACE = 0.2        # seconds past a check's limit before a worker that did not stop itself is killed
 WORKER_MEMORY = 4 << 30  # address-space cap of the worker, so a huge computation fails instead of swapping
 
 # Checks that ended without a verdict and so graded "not equal": a rule that raised ('rule', counted by verify.py),
@@ -469,9 +471,12 @@ class _Worker:
             t0 = time.monotonic()
             self.ready = self.readline(STARTUP_TIMEOUT) == 'ready'
             _STARTUP_SECONDS[0] += time.monotonic() - t0  # the import is nobody's check time
-        self.proc.stdin.write(json.dumps(msg) + '\n')
+        left = deadline - check_clock()
+        self.proc.stdin.write(json.dumps(msg + [left]) + '\n')
         self.proc.stdin.flush()
-        answer = self.readline(deadline - check_clock())
+        answer = self.readline(left + KILL_GRACE)  # it stops itself at `left`; stuck in C code, it is killed
+        if answer == 't':
+            ERRORS['timeout'] += 1
         if answer == 'e':
             ERRORS['sympy'] += 1
         return answer == '1'
@@ -508,16 +513,26 @@ def _ask_worker(msg, deadline):
         except (OSError, ValueError, TimeoutError, EOFError):
             ERRORS['timeout'] += 1
             _worker.kill()
-            _worker = _Worker()  # restart now, so its sympy import overlaps the caller's next work
+            # a worker stuck in C code: the spare (warm since the last kill) takes over and a new spare starts now,
+            # so a run of such answers costs each check its limit, not its limit plus a restart
+            spare = _spares.pop() if _spares else None
+            usable = spare is not None and spare.owner == os.getpid() and spare.proc.poll() is None
+            _worker = spare if usable else _Worker()
+            _spares.append(_Worker())
             return False
+
+
+_spares = []  # a warm stand-by worker, from the first kill on
 
 
 def _stop_worker():
     global _worker
     with _worker_lock:
-        if _worker is not None and _worker.owner == os.getpid():
-            _worker.kill()
+        for w in [_worker, *_spares]:
+            if w is not None and w.owner == os.getpid():
+                w.kill()
         _worker = None
+        _spares.clear()
 
 
 atexit.register(_stop_worker)
@@ -537,13 +552,31 @@ def _serve():
     import sympy  # noqa: F401  before 'ready', so the import never counts against a check
     for pair in _WARM_UP:  # the first simplify and minimal_polynomial load more of sympy (~0.5 s)
         _sympy_equal('expr', *pair, 0.0)  # exact pairs: no tolerance applies
+    signal.signal(signal.SIGALRM, _out_of_time)
     print('ready', flush=True)
     for line in sys.stdin:
         try:
-            answer = '1' if _sympy_equal(*json.loads(line)) else '0'
+            *request, seconds = json.loads(line)
+            signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))  # stop at the check's limit, still warm
+            try:
+                answer = '1' if _sympy_equal(*request) else '0'
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _OutOfTime:
+            answer = 't'
         except Exception:  # whatever sympy raises on an odd input means "not shown equal", counted by the parent
             answer = 'e'
         print(answer, flush=True)
+
+
+class _OutOfTime(BaseException):
+    """Raised in the worker when a check reaches its limit: a BaseException, so sympy's `except Exception` blocks
+    cannot swallow it. The worker then answers 't' and stays up, so the next check does not wait for a restart
+    (~1-2 s of sympy import); only a worker stuck in C code past the limit is killed."""
+
+
+def _out_of_time(signum, frame):
+    raise _OutOfTime
 
 # -----------------------------------------------------------------------------
 # the one entry point verify.py calls

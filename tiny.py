@@ -9,6 +9,7 @@ Qwen3 pretrained on it, so the whole RLVR loop runs on a laptop CPU in minutes w
         --long-4 0.04 --long-5 0.2 --long-6 0.25 --out tiny_ladder_model --force   # the ladder's start (tiny-ladder)
 
 Without --force it refuses, before writing anything, to overwrite a checkpoint in --out or to change a data file.
+tiny.py replaces --out whole, so an --out holding anything but a tiny.py checkpoint is refused, --force or not.
 
 The task: 2-3 operations (+, -, *) over integers 1-99 (factors of * are 2-9), applied left to right, with
 parentheses where precedence needs them, e.g. `(37 + 12) * 2 - 45`; every intermediate value stays in
@@ -63,6 +64,7 @@ import json
 import math
 import random
 import re
+import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -73,6 +75,7 @@ import torch.nn.functional as F
 
 import checkpoint
 import model as qwen
+import runs
 from cli import arg_group, check_fields, parse_config, run_main
 from problems import format_prompt
 from sample import generate
@@ -439,22 +442,63 @@ def check_config(cfg):
         raise ValueError(f"--long-4 + --long-5 + --long-6 must be at most 1, got {cfg.long_4 + cfg.long_5 + cfg.long_6}")
 
 
-def check_overwrites(cfg, out, data_dir, splits):
-    """Refuse, before anything is written, to overwrite a checkpoint or to change data files without --force (the
-    data are a function of the seed, so rewriting them unchanged is allowed); and read --init's model first."""
-    if cfg.init:
-        checkpoint.read_config(checkpoint.resolve_model_dir(cfg.init))
-        checkpoint.load_tokenizer(cfg.init)
-    if cfg.force:
+TINY_FILES = {"config.json", "model.safetensors", "tokenizer.json", "pretrain.json"}  # what tiny.py writes in --out
+
+
+def check_out(cfg, out, data_dir):
+    """--out must be new, empty, or a tiny.py checkpoint (its files and nothing else; replaced only with --force):
+    tiny.py replaces --out whole, so a directory holding anything else (notes, a run, another model) is refused,
+    --force or not. A file, a read-only directory, and a --data-dir inside --out are refused too."""
+    for flag, path in (("--out", out), ("--data-dir", data_dir)):
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(f"{flag} {path}: is a file, not a directory; choose another {flag}")
+        above = next(p for p in path.parents if p.exists() or p == p.parent)
+        if not above.is_dir():
+            raise FileExistsError(f"{flag} {path}: {above} is a file, not a directory; choose another {flag}")
+    if cfg.data_only:
         return
-    if not cfg.data_only and (out / "model.safetensors").is_file():
+    if out.is_symlink():
+        raise FileExistsError(f"--out {out}: is a symbolic link; tiny.py replaces --out whole, so give the directory "
+                              f"itself (or another --out)")
+    if data_dir.resolve() == out.resolve() or out.resolve() in data_dir.resolve().parents:
+        raise ValueError(f"--data-dir {data_dir} is --out or inside it, and tiny.py replaces --out whole; give "
+                         f"another --data-dir")
+    names = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    if out.is_dir() and not out.stat().st_mode & stat.S_IWUSR:
+        raise FileExistsError(f"--out {out}: is read-only; make it writable (chmod u+w) or choose another --out")
+    if not names:
+        return
+    if not (names <= TINY_FILES and {"model.safetensors", "pretrain.json"} <= names):
+        what, extra = runs.describe(out) or f"{len(names)} other file(s)", sorted(names - TINY_FILES)
+        what += f" ({', '.join(extra[:3])}{' ...' * (len(extra) > 3)})" if extra else " (no pretrain.json)"
+        raise FileExistsError(f"--out {out}: holds {what}, not a tiny.py checkpoint ({', '.join(sorted(TINY_FILES))} "
+                              f"only); tiny.py replaces --out whole, so it never writes there, --force or not. Choose "
+                              f"another --out (an empty or new directory)")
+    if not cfg.force:
         raise FileExistsError(f"--out {out}: holds a checkpoint already; pass --force to rebuild it, or give another "
                               f"--out")
+
+
+def check_overwrites(cfg, out, data_dir, splits):
+    """Refuse, before anything is written, an --out that tiny.py may not replace (check_out), or to change data files
+    without --force (the data are a function of the seed, so rewriting them unchanged is allowed)."""
+    check_out(cfg, out, data_dir)
+    if cfg.force:
+        return
     for name, rows in splits.items():
         path = data_dir / f"tiny_{name}.jsonl"
         if path.is_file() and path.read_text(encoding="utf-8") != "".join(json.dumps(r) + "\n" for r in rows):
             raise FileExistsError(f"--data-dir {data_dir}: {path.name} holds other problems than --seed {cfg.seed} "
                                   f"makes; pass --force to overwrite it, or give another --data-dir")
+
+
+def load_init(name):
+    """--init's model, tokenizer and the sha256 of its weights, read (and checked) before anything is written: its
+    weights hashed as read, before --out (which may be the same directory) is replaced."""
+    model = checkpoint.load_model(name, dtype=torch.float32, device="cpu")
+    tokenizer = checkpoint.load_tokenizer(name)
+    weights = checkpoint.resolve_model_dir(name) / "model.safetensors"
+    return model, tokenizer, hashlib.sha256(weights.read_bytes()).hexdigest()
 
 
 def main(argv=None):
@@ -465,6 +509,7 @@ def main(argv=None):
     ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
     ladder.update(make_far(cfg.seed, exclude={r["problem"] for rows in {**splits, **ladder}.values() for r in rows}))
     check_overwrites(cfg, out, data_dir, {**splits, **ladder})
+    init = load_init(cfg.init) if cfg.init and not cfg.data_only else None  # a bad --init fails before any write
     print(json.dumps(asdict(cfg), indent=2))
     torch.set_num_threads(cfg.threads)
     t0 = time.time()
@@ -476,12 +521,8 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory() as tmp:
         init_sha256 = None
-        if cfg.init:  # a continuation: the checkpoint's weights and tokenizer, this run's mix and schedule
-            model = checkpoint.load_model(cfg.init, dtype=torch.float32, device="cpu")
-            tokenizer = checkpoint.load_tokenizer(cfg.init)
-            # hashed as read, before --out (which may be the same directory) is written
-            weights = checkpoint.resolve_model_dir(cfg.init) / "model.safetensors"
-            init_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+        if init:  # a continuation: the checkpoint's weights and tokenizer, this run's mix and schedule
+            model, tokenizer, init_sha256 = init
         else:
             texts = [format_prompt("")] + [r["problem"] + r["solution"] for rows in splits.values() for r in rows]
             tokenizer = build_tokenizer(texts, Path(tmp) / "tokenizer.json")

@@ -28,6 +28,7 @@ flag_defaults, Config.
 
 import copy
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -105,7 +106,7 @@ class Config(ObjectiveConfig, SelectionConfig):
     loop_lr: float = optim_arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr)", range="[0, inf)")
     loop_lora_rank: int = optim_arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)",
                                     range="[0, inf)")
-    seed: int = run_arg(0, "seed for data order, sampling and initialization")
+    seed: int = run_arg(0, "seed for data order, sampling and initialization", range="[0, 4294967295]")
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
     threads: int = run_arg(0, "torch CPU threads (0: one per core); on a machine another job keeps busy, 1 is faster "
                               "(benchmarks/bench_threads.py); the count moves float rounding, so a resume keeps it",
@@ -497,6 +498,7 @@ def train(cfg):
     runs.check_out(run_dir, "train", cfg.resume)
     if cfg.resume:
         runs.check_resume(run_dir / "config.json", dataclasses.asdict(cfg), RESUMABLE, Config)
+        runs.check_steps_left(run_dir, cfg.steps)
     train_set, val_set, test_set = problems.load_pools(cfg)  # bad data or a missing model fail before anything is written
     model_dir = checkpoint.resolve_model_dir(cfg.model)
     model_config = checkpoint.read_config(model_dir)
@@ -505,17 +507,17 @@ def train(cfg):
     problems.check_prompts_fit([(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set),
                                 (cfg.test_dataset, test_set)], tokenizer, cfg.template,
                                max(cfg.max_new_tokens, cfg.eval_max_new_tokens), model_config.max_position_embeddings)
+    torch.manual_seed(cfg.seed)
+    policy = checkpoint.load_model(cfg.model, dtype=torch.float32, device=device)  # fp32 master weights; bad weights
+    policy = looped.add_loop(policy, cfg.loop, cfg.loop_lora_rank)  # fail here, still before anything is written
     D.barrier()  # every rank has read the run directory before rank 0 writes to it
     runs.claim(run_dir, "train", cfg.resume)  # held until this process ends
     if D.this_rank() == 0 and not cfg.resume:
         runs.write_json(run_dir / "config.json", dict(dataclasses.asdict(cfg), code_version=runs.code_version()))
 
-    torch.manual_seed(cfg.seed)
-    policy = checkpoint.load_model(cfg.model, dtype=torch.float32, device=device)  # fp32 master weights
-    policy = looped.add_loop(policy, cfg.loop, cfg.loop_lora_rank)  # looped depth: still exactly --model here
     policy.gradient_checkpointing = cfg.grad_checkpointing
     reference = copy.deepcopy(policy).requires_grad_(False) if cfg.kl_coef else None
-    ckpt = runs.latest_checkpoint(run_dir) if cfg.resume else None
+    ckpt = runs.readable_checkpoint(run_dir) if cfg.resume else None  # a damaged newest one: the one before it
     if ckpt is not None and not cfg.lora_rank:  # with LoRA the base stays frozen; adapters come from the trainer state
         policy.load_state_dict(checkpoint.load_model(ckpt, torch.float32, device).state_dict())
     if cfg.lora_rank:
@@ -524,18 +526,17 @@ def train(cfg):
         D.shard_model(policy)
     optimizer = torch.optim.AdamW(looped.param_groups(policy, cfg.lr, cfg.loop_lr), lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    # from a step's first update until the loop counts it done, Ctrl-C and SIGTERM wait (so done names the weights)
+    optimizer.register_step_pre_hook(lambda *_: runs.hold_interrupts())
     selection = curriculum.new_selection(cfg, train_set)
-    start_step = 0
+    start_step, pending = 0, None
     if ckpt is not None:
         start_step = runs.load_trainer_state(ckpt, policy, optimizer)
         runs.load_selection(ckpt, selection)
+        pending = runs.unlogged(ckpt)  # interrupted after the update, before its step was logged: logged below
         print(f"resumed from {ckpt} after step {start_step}")
     sampler = D.sampling_copy(policy, device)
-    metrics_path, samples_path = run_dir / "metrics.jsonl", run_dir / "samples.jsonl"
-    totals = runs.logged_totals(metrics_path, start_step)
-    D.barrier()  # every rank has read the totals before rank 0 truncates the log
-    runs.truncate_log(metrics_path, start_step)
-    runs.truncate_log(samples_path, start_step)
+    logged, totals = runs.resume_logs(run_dir, start_step, pending)  # the last step in the logs; compute so far
     runs.print_config(cfg, run_dir, device, len(train_set), len(val_set),
                  sum(p.numel() for p in policy.parameters() if p.requires_grad))
 
@@ -544,47 +545,53 @@ def train(cfg):
         t0 = time.time()
         acc, _ = evaluate_accuracy(sampler, tokenizer, test_set, cfg, f"test ({cfg.test_dataset}) before training")
         eval_seconds = (time.time() - t0) * len(val_set) / len(test_set)  # a validation pass, estimated
-        runs.append_jsonl(metrics_path, dict(step=0, test_accuracy=acc))
+        runs.append_jsonl(run_dir / "metrics.jsonl", dict(step=0, test_accuracy=acc))
         print(f"test accuracy before training ({cfg.test_dataset}): {acc:.3f}")
-    t_start, step = time.time(), start_step
+    validate = functools.partial(evaluate_accuracy, sampler, tokenizer, val_set, cfg) if val_set else None
+    # done: updates in the weights (logged: in the logs; saved: in checkpoints/); before: the data state before a step
+    t_start, step, done, saved, before = time.time(), start_step, start_step, start_step, None
     try:
+        if pending:  # the step the checkpoint holds, logged as the straight run logs it
+            eval_seconds = runs.log_step(run_dir, pending, validate, cfg.eval_every) or eval_seconds
         for step in range(start_step, cfg.steps):
+            before = runs.selection_state(selection) if selection else None  # put back if this step is cut short
             drawn, metrics = rl_step(policy, sampler, reference, optimizer, tokenizer, train_set, cfg, step, device,
                                      selection, totals)
+            pending = dict(metrics=metrics, samples=runs.sample_rows(drawn[:cfg.samples_per_step], step + 1))
             totals = {k: metrics[k] for k in totals}
+            done = step + 1  # the step is in the weights and the data state; its lines are pending
+            runs.release_interrupts()  # a Ctrl-C held since the update is raised here, with done counting it
+            runs.check_finite_weights(policy, done)
             D.refresh_sampling_copy(sampler, policy)
-            if cfg.eval_every and val_set and (step + 1) % cfg.eval_every == 0:
-                t0 = time.time()
-                metrics["val_accuracy"], metrics["val_accuracy_by_group"] = evaluate_accuracy(
-                    sampler, tokenizer, val_set, cfg, f"validation after step {step + 1}")
-                eval_seconds = time.time() - t0
-            runs.append_jsonl(metrics_path, metrics)
-            for r in drawn[:cfg.samples_per_step]:
-                runs.append_jsonl(samples_path, dict(step=step + 1, id=r["problem"]["id"], answer=r["problem"]["answer"],
-                                                     response=r["text"], reward=r["reward"], correct=r["correct"]))
-            runs.print_progress(metrics, cfg, time.time() - t_start, step + 1 - start_step, eval_seconds)
-            if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-                runs.save_checkpoint(run_dir / "checkpoints" / f"step_{step + 1}", policy, optimizer, tokenizer,
-                                     step + 1, cfg, selection)
-                runs.keep_last_checkpoints(run_dir, cfg.keep_checkpoints)
-    except KeyboardInterrupt:  # save what is done; --resume continues from here; exit status 130 (cli.run_main)
-        done = step  # the step in progress did not finish
-        if cfg.fsdp:  # gathering the shards needs every rank at one point, which an interrupt does not give
-            print(f"\ninterrupted: --resume continues from the last periodic checkpoint in {run_dir}")
-        else:
-            if done > start_step:
+            eval_seconds = runs.log_step(run_dir, pending, validate, cfg.eval_every) or eval_seconds
+            logged = done
+            runs.print_progress(metrics, cfg, time.time() - t_start, done - start_step, eval_seconds)
+            if cfg.save_every and done % cfg.save_every == 0 and done < cfg.steps:
                 runs.save_checkpoint(run_dir / "checkpoints" / f"step_{done}", policy, optimizer, tokenizer, done, cfg,
                                      selection)
-            print(f"\ninterrupted: checkpoint after step {done} in {run_dir}; rerun with --resume to continue")
+                saved = done
+                runs.keep_last_checkpoints(run_dir, cfg.keep_checkpoints)
+        if saved < cfg.steps:  # (a resumed finished run has it already)
+            runs.save_checkpoint(run_dir / "checkpoints" / f"step_{cfg.steps}", policy, optimizer, tokenizer, cfg.steps,
+                                 cfg, selection)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: save what is done; exit status 130 or 143 (cli.run_main)
+        runs.hold_interrupts()  # a second Ctrl-C must not cut the save in two; the exit status stays the first's
+        if done == step and before is not None:
+            runs.load_selection_state(selection, before)  # the step in progress is redone from its start
+        if done > saved and not cfg.fsdp:  # FSDP: gathering shards needs every rank, which an interrupt does not give
+            runs.save_checkpoint(run_dir / "checkpoints" / f"step_{done}", policy, optimizer, tokenizer, done, cfg,
+                                 selection, unlogged=pending if logged < done else None)
+        print(f"\ninterrupted: --resume continues from the last periodic checkpoint in {run_dir}" if cfg.fsdp else
+              f"\ninterrupted: checkpoint after step {done} in {run_dir}; rerun with --resume to continue")
         runs.release(run_dir)
         raise
-    runs.save_checkpoint(run_dir / "checkpoints" / f"step_{cfg.steps}", policy, optimizer, tokenizer, cfg.steps, cfg,
-                         selection)
+    finally:
+        runs.release_interrupts(raise_held=False)
     runs.write_final(run_dir, cfg.steps)
     runs.keep_last_checkpoints(run_dir, cfg.keep_checkpoints)
     if test_set:
         acc, _ = evaluate_accuracy(sampler, tokenizer, test_set, cfg, f"test ({cfg.test_dataset}) after training")
-        runs.append_jsonl(metrics_path, dict(step=cfg.steps, test_accuracy=acc))
+        runs.append_jsonl(run_dir / "metrics.jsonl", dict(step=cfg.steps, test_accuracy=acc))
         print(f"test accuracy after training ({cfg.test_dataset}): {acc:.3f}")
     print(f"done: {run_dir}")
     runs.release(run_dir)

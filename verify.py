@@ -32,7 +32,7 @@ exactly equal: Fraction arithmetic for plain numbers, a sympy proof for expressi
 Why: a reward must never pay 10^{20} + 1 for 10^{20}, or 1 + 10^{-20} for 1; a relative tolerance
 (rel_tol) is right only for an answer that may itself have been rounded, so only a decimal earns it.
 Safety: model output never reaches eval/exec/sympify, and a pathological answer grades as wrong;
-it never raises or stalls the caller (symbolic.py bounds sizes and kills a worker past its limit).
+it never raises or stalls the caller (symbolic.py bounds sizes and stops a check at its limit).
 """
 
 import re

@@ -1,52 +1,290 @@
 """
-A new user's bad inputs, every entry point: each probe runs a script as a user would, in a scratch directory,
-and checks that an expected error ends in one `prog: error:` line (exit 2, no traceback), that a failed start
-wrote nothing, and that nothing outside a run directory was changed or deleted.
+A new user's bad inputs and interrupts, every entry point: each probe runs a script as a user would, in a scratch
+directory, and checks that an expected error ends in one `prog: error:` line (exit 2, no traceback), that a failed
+start wrote nothing, and that nothing it should not touch was changed or deleted (data loss).
 
-    python benchmarks/probe_cli.py            # every probe (about 4 minutes on 2 cores)
-    python benchmarks/probe_cli.py --only train_rl.py
+    python benchmarks/probe_cli.py                 # every probe and 25 interrupt trials (about 15 minutes, 1 thread)
+    python benchmarks/probe_cli.py --quick         # a representative subset, about 90 s (tests/test_probe_cli.py)
+    python benchmarks/probe_cli.py --only train_rl.py          # one script's probes (or: help, interrupt, a word of
+    python benchmarks/probe_cli.py --only interrupt --trials 5  # a probe's name or arguments)
 
-Prints one line per probe and a table per script: probes, one clean line, tracebacks, wrote on a failed start,
-changed or deleted something it should not have.
+Sections:
+- help: every entry point's `--help` (and each subcommand's) exits 0 with a usage; the CPU-heavy scripts list
+  --threads.
+- bad inputs, one per case of issue #55 and the earlier probes: malformed data lines (100,000 nested brackets, a list
+  as "id", a character the tiny tokenizer lacks, a 5,000-digit number, a prompt too long), broken config.json
+  values (num_key_value_heads 0, negative sizes, rope_theta 0, rms_norm_eps -1, bos_token_id "zero"), NaN and
+  truncated weights, broken or truncated trainer state on --resume (a clean error or a fall back to the previous
+  checkpoint that ends bit-identical), `--resume --steps N` below the steps done, and --out into a folder holding
+  a user's notes.txt, a file, or a read-only folder, for train_rl, evaluate, bands, rounds, report and tiny.py.
+  A message that should name the file or flag is checked for it.
+- interrupt: a straight `train_rl.py --model tiny --steps 4 ... --save-every 1 --eval-every 2` run, then trials that
+  each send SIGINT (or SIGTERM, or SIGINT twice) at a seeded random moment spread over the run (validation, log
+  writes and periodic saves included), check that every checkpoint left matches the straight run's of that step
+  and that no logged step was lost, then `--resume` and `cmp` final/model.safetensors, metrics.jsonl (timing
+  fields dropped) and samples.jsonl against the straight run. A mismatch is data lost or a silently wrong result.
+
+Prints one line per probe, then a table per script and the totals: probes, clean one-line errors, tracebacks,
+files written by failed starts, data lost (the goal for the last three: 0, 0, 0). Exit status 1 if any probe failed.
 """
 
 import argparse
 import json
 import os
+import random
+import re
 import shutil
+import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny"]
+# train_rl's short run (issue #55's TR) and the interrupt trials' run (T4)
+TR = TINY + ["--steps", "2", "--problems-per-step", "2", "--group-size", "4", "--test-dataset", "", "--save-every", "1"]
+T4 = TINY + ["--steps", "4", "--problems-per-step", "2", "--group-size", "4", "--test-dataset", "", "--threads", "1",
+             "--save-every", "1", "--eval-every", "2"]
+EV = TINY + ["--limit", "2", "--max-new-tokens", "16"]
+BANDS = TINY + ["--dataset", "tiny_val", "--limit", "2", "-k", "2"]
+ROUNDS = TINY + ["--dataset", "tiny_ladder_train"]
+SEED20 = "12345678901234567890"
+TIMING = re.compile(r"(_seconds|per_second|_time)$|^(seconds|time|eta)$")
+# scripts whose --help must list --threads (issue #55: every CPU-heavy script has the same --threads)
+CPU_HEAVY = {"train_rl.py", "evaluate.py", "tiny.py", "research/bands/bands.py", "research/rounds/rounds.py"}
+# places a script could write by mistake when it resolves a relative --out against the repository, not the cwd
+REPO_WATCH = ("runs", "run", "notes", "data_out", "tinydata", "rep")
+
+
+# -----------------------------------------------------------------------------
+# Fixtures: files the probes point at, made once per scratch directory (the run fixtures only when a probe needs them)
+
+
+def edit_config(scratch, name, **changes):
+    shutil.copytree(ROOT / "tiny_model", scratch / name)
+    d = json.loads((scratch / name / "config.json").read_text())
+    (scratch / name / "config.json").write_text(json.dumps(dict(d, **changes), indent=2))
+
+
+def nan_weights(src, dst):
+    """A copy of a float32 safetensors file with every value NaN (the header kept, so it loads)."""
+    data = Path(src).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"F32"}
+    body = len(data) - 8 - n
+    Path(dst).write_bytes(data[:8 + n] + struct.pack("<f", float("nan")) * (body // 4))
 
 
 def setup(scratch):
-    """The files the probes point at: a copy of the tiny model, a run, bad data files."""
+    """The static fixtures: model copies with broken configs or weights, bad data files, a file."""
     shutil.copytree(ROOT / "tiny_model", scratch / "model_copy")
-    rows = [dict(problem=f"{i} + 1", answer=str(i + 1)) for i in range(8)]
+    rows = [dict(id=f"p{i}", problem=f"{i} + 1", answer=str(i + 1)) for i in range(8)]
+    good = "".join(json.dumps(r) + "\n" for r in rows)
     write = lambda name, data: (scratch / name).write_bytes(data)  # noqa: E731
-    write("pool8.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
-    write("bom.jsonl", b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    write("pool8.jsonl", good.encode())
+    write("mine+data.jsonl", good.encode())
+    write("bom.jsonl", b"\xef\xbb\xbf" + good.encode())
     write("undecodable.jsonl", b'{"problem": "\xd0\xd0", "answer": "1"}\n')
     write("noanswer.jsonl", b'{"problem": "1 + 1"}\n')
     write("huge.jsonl", (json.dumps(dict(id="huge", problem="1 + " * 300_000 + "1", answer="1")) + "\n").encode())
     write("leak.jsonl", open(ROOT / "data" / "math500.jsonl", "rb").readline())
+    write("deep.jsonl", (good + "[" * 100_000 + "]" * 100_000 + "\n").encode())  # json.loads: RecursionError
+    write("listid.jsonl", (good + json.dumps(dict(id=[1, 2], problem="3 + 4", answer="7")) + "\n").encode())
+    write("char.jsonl", (good + json.dumps(dict(id="q", problem="What is 7 + 5?", answer="12")) + "\n").encode())
+    write("bignum.jsonl", (good + '{"id": "big", "problem": "1 + 1", "answer": ' + "7" * 5000 + "}\n").encode())
+    write("long.jsonl", (good + json.dumps(dict(id="long", problem="1 + " * 200 + "1", answer="201")) + "\n").encode())
     write("a_file", b"not a directory")
     for name, edit in (("config_list", "[1, 2]"), ("config_typed", None)):
         shutil.copytree(ROOT / "tiny_model", scratch / name)
         d = json.loads((scratch / name / "config.json").read_text())
         (scratch / name / "config.json").write_text(edit or json.dumps(dict(d, hidden_size="128")))
+    for name, changes in CONFIGS.items():
+        edit_config(scratch, name, **changes)
+    shutil.copytree(ROOT / "tiny_model", scratch / "nan_model")
+    nan_weights(ROOT / "tiny_model" / "model.safetensors", scratch / "nan_model" / "model.safetensors")
+    shutil.copytree(ROOT / "tiny_model", scratch / "trunc_model")
+    weights = scratch / "trunc_model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100_000])
     (scratch / "samples_only").mkdir()
     write("samples_only/samples.jsonl", b"not json\n")
 
 
+CONFIGS = dict(cfg_kv0=dict(num_key_value_heads=0), cfg_neg_hidden=dict(hidden_size=-128),
+               cfg_neg_head=dict(head_dim=-32), cfg_bos=dict(bos_token_id="zero"), cfg_rope0=dict(rope_theta=0),
+               cfg_eps=dict(rms_norm_eps=-1))
+
+
+def env_for(scratch):
+    return dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(scratch / "hf_home"), PYTHONWARNINGS="ignore",
+                OMP_NUM_THREADS="1", ROUNDS_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def run_fixture(scratch, name, script, argv):
+    """A run the probes read or copy (made on first use, then kept): its directory, or raise with its stderr."""
+    if not (scratch / name).exists():
+        r = subprocess.run([sys.executable, str(ROOT / script), *argv, *threads_flag(script, argv), "--out", name],
+                           capture_output=True, text=True, cwd=scratch, env=env_for(scratch), timeout=600)
+        if r.returncode != 0:
+            shutil.rmtree(scratch / name, ignore_errors=True)
+            raise RuntimeError(f"fixture {name} failed (exit {r.returncode}): {r.stderr.strip()[-300:]}")
+    return scratch / name
+
+
+FIXTURES = {  # name -> (script, argv): train_rl's TR run, the same with a test split, an evaluation
+    "base_run": ("train_rl.py", TR),
+    "base_test": ("train_rl.py", TINY + ["--steps", "2", "--problems-per-step", "2", "--group-size", "4",
+                                         "--save-every", "1"]),
+    "ev_run": ("evaluate.py", EV),
+}
+HELP_CACHE = {}
+
+
+def threads_flag(script, argv):
+    """--threads 1 for a script whose --help lists it (not for subcommands, nor where the probe sets it)."""
+    if "--threads" in argv or (argv and argv[0] in ("compare", "table")) or "--help" in argv:
+        return []
+    if script not in HELP_CACHE:
+        r = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True, cwd=ROOT,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+        HELP_CACHE[script] = r.stdout
+    return ["--threads", "1"] if "--threads" in HELP_CACHE[script] else []
+
+
+# -----------------------------------------------------------------------------
+# The probes
+
+
+@dataclass
+class Probe:
+    script: str
+    argv: list
+    expect: str  # 'error': one clean line, nothing written | 'ok': exit 0 | 'help' | 'resume': error or exact fallback
+    mentions: tuple = ()  # the error line names these (the file, the flag)
+    prep: Optional[Callable] = None  # (scratch) -> None, before the snapshot: what the probe's --out holds
+    check: Optional[Callable] = None  # (scratch, completed process) -> list of problems, after the run
+    needs: tuple = ()  # run fixtures made before the snapshot
+    quick: bool = False  # part of --quick
+    note: str = ""
+
+
+def notes(name="notes", mode=None):
+    """A user's folder holding notes.txt (read-only with mode 0o555)."""
+    def prep(scratch):
+        (scratch / name).mkdir()
+        (scratch / name / "notes.txt").write_text("keep\n")
+        if mode is not None:
+            os.chmod(scratch / name, mode)
+    return prep
+
+
+def copy_run(src, dst="run", damage=None):
+    """--out holds a copy of a run fixture, then damage(run_dir) breaks something in it."""
+    def prep(scratch):
+        shutil.copytree(scratch / src, scratch / dst)
+        (scratch / dst / ".lock").unlink(missing_ok=True)
+        if damage:
+            damage(scratch / dst)
+    return prep
+
+
+def latest(run_dir):
+    steps = sorted(int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_*"))
+    return run_dir / "checkpoints" / f"step_{steps[-1]}"
+
+
+def truncate(name):
+    def damage(run_dir):
+        path = latest(run_dir) / name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return damage
+
+
+def garble(name):
+    def damage(run_dir):
+        (latest(run_dir) / name).write_text('{"step": 2, "rng')
+    return damage
+
+
+def undecodable_metrics(run_dir):
+    (run_dir / "metrics.jsonl").write_bytes(b'{"step": 1, "accuracy": 0.5}\n\xff\xfe\xd0 not utf-8\n')
+
+
+def same_final(ref):
+    """After a fall back: the resumed run ends bit-identical to the straight run `ref`."""
+    def check(scratch, r):
+        if r.returncode != 0:
+            return []
+        a, b = scratch / "run" / "final" / "model.safetensors", scratch / ref / "final" / "model.safetensors"
+        return [] if a.is_file() and a.read_bytes() == b.read_bytes() else ["final/ differs from the straight run"]
+    return check
+
+
+def one_test_row(scratch, r):
+    rows = [json.loads(x) for x in (scratch / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = [row["step"] for row in rows if "test_accuracy" in row]
+    return [] if len(steps) == len(set(steps)) else [f"duplicate test-accuracy rows at steps {steps}"]
+
+
+def final_readable(scratch, r):
+    """final/ is created as any other file of the run: readable by whom the umask allows, not by its owner only."""
+    umask = os.umask(0)
+    os.umask(umask)
+    final = scratch / "run" / "final"
+    if not final.is_dir():
+        return ["no final/"]
+    bad = [p.name for p in [final, *final.iterdir()]
+           if (p.stat().st_mode & 0o777) != ((0o777 if p.is_dir() else 0o666) & ~umask)]
+    return [f"final/ modes not as the umask gives: {bad}"] if bad else []
+
+
+def help_shows(*patterns):
+    def check(scratch, r):
+        return [f"--help does not show {p!r}" for p in patterns if not re.search(p, r.stdout, re.S)]
+    return check
+
+
+def val_default_tiny(scratch, r):
+    block = re.search(r"--val-dataset.*?(?=\n  -)", r.stdout, re.S)
+    if block and "tiny_val" in block.group(0):
+        return []
+    return ["--val-dataset's default under --model tiny is not tiny_val"]
+
+
 def probes():
-    """(script, argv, what is expected): 'error' for one clean line and nothing written, 'ok' for a run that works."""
+    """Every probe, in order: help, then each script's bad inputs."""
+    P = Probe
+    S = "{S}"  # the scratch directory, for tiny.py whose relative paths are the repository's
     out = ["--out", "run"]
-    t = [("train_rl.py", TINY + a + (out if "--out" not in a else []), w) for a, w in [
+    help_ = [
+        P("train_rl.py", ["--help"], "help", quick=True), P("train_rl.py", TINY + ["--help"], "help"),
+        P("evaluate.py", ["--help"], "help", quick=True), P("evaluate.py", ["compare", "--help"], "help"),
+        P("tiny.py", ["--help"], "help"),
+        P("research/bands/bands.py", ["--help"], "help", quick=True),
+        P("research/bands/bands.py", ["compare", "--help"], "help"),
+        P("research/bands/bands.py", ["table", "--help"], "help"),
+        P("research/rounds/rounds.py", ["--help"], "help"),
+        P("research/rounds/rounds.py", TINY + ["--help"], "help", check=val_default_tiny),
+        P("research/rounds/rounds_table.py", ["--help"], "help"),
+        P("research/report.py", ["--help"], "help"),
+        P("research/exploration/exploration.py", ["--help"], "help"),
+        P("research/ladder/ladder.py", ["--help"], "help"),
+        P("research/looped/loop_depth.py", ["--help"], "help"),
+        P("research/objectives/compare_objectives.py", ["--help"], "help"),
+        P("research/sampler/bench_sample.py", ["--help"], "help"),
+        P("objectives.py", ["--help"], "help"),
+    ]
+    for p in help_:
+        if p.script in CPU_HEAVY and p.argv[0] != "compare" and p.argv[0] != "table":
+            base = p.check
+            p.check = (lambda b: lambda s, r: help_shows(r"--threads")(s, r) + (b(s, r) if b else []))(base)
+
+    t = [P("train_rl.py", TINY + a + (out if "--out" not in a else []), w) for a, w in [
         (["--out", "model_copy"], "error"), (["--resume", "--out", "empty"], "error"),
         (["--out", "a_file/run"], "error"), (["--device", "tpu"], "error"), (["--device", "cuda"], "error"),
         (["--lr", "-1"], "error"), (["--top-p", "0"], "error"), (["--temperature", "0"], "error"),
@@ -56,84 +294,403 @@ def probes():
         (["--dataset", "undecodable.jsonl"], "error"), (["--dataset", "noanswer.jsonl"], "error"),
         (["--dataset", "huge.jsonl"], "error"), (["--dataset", "leak.jsonl"], "error"),
         (["--dataset", "missing.jsonl"], "error"), (["--model", "config_list"], "error"),
-        (["--model", "config_typed"], "error"), (["--out", "samples_only"], "error"),
-        (["--dataset", "bom.jsonl", "--val-dataset", "bom.jsonl", "--test-dataset", "", "--steps", "1",
-          "--problems-per-step", "2"], "ok")]]
-    t += [("train_rl.py", ["--model", "Qwen/Qwen3-0.6B-Base", "--out", "run"], "error")]  # offline, uncached
-    e = [("evaluate.py", TINY + a + (out if "--out" not in a else []), w) for a, w in [
+        (["--model", "config_typed"], "error"), (["--out", "samples_only"], "error")]]
+    t += [P("train_rl.py", ["--model", "Qwen/Qwen3-0.6B-Base", "--out", "run"], "error"),  # offline, uncached
+          P("train_rl.py", TINY + ["--dataset", "bom.jsonl", "--val-dataset", "bom.jsonl", "--test-dataset", "",
+                                   "--steps", "1", "--problems-per-step", "2", "--out", "run"], "ok",
+            check=final_readable, note="final/ readable as the umask allows")]
+    t += [P("train_rl.py", TR + ["--dataset", d, "--out", "run"], "error", mentions=(d,), quick=d == "deep.jsonl")
+          for d in ("deep.jsonl", "char.jsonl", "bignum.jsonl", "my+data.jsonl")]
+    t += [P("train_rl.py", TR + ["--model", m, "--out", "run"], "error", quick=m == "cfg_kv0")
+          for m in (*CONFIGS, "nan_model", "trunc_model")]
+    t += [P("train_rl.py", TR + ["--seed", SEED20, "--out", "run"], "error", mentions=("--seed",), quick=True),
+          P("train_rl.py", TR + ["--out", "notes"], "error", prep=notes(), quick=True),
+          P("train_rl.py", TR + ["--out", "ro"], "error", prep=notes("ro", 0o555)),
+          P("train_rl.py", TR + ["--out", "a_file"], "error"),
+          P("train_rl.py", TR + ["--out", "run", "--resume", "--steps", "1"], "error", prep=copy_run("base_run"),
+            needs=("base_run",), note="--resume --steps below the steps done"),
+          P("train_rl.py", TR + ["--out", "run", "--resume"], "resume", mentions=("trainer_state.json",),
+            prep=copy_run("base_run", damage=garble("trainer_state.json")), needs=("base_run",),
+            check=same_final("base_run"), note="broken trainer_state.json"),
+          P("train_rl.py", TR + ["--out", "run", "--resume"], "resume", mentions=("trainer_state.safetensors",),
+            prep=copy_run("base_run", damage=truncate("trainer_state.safetensors")), needs=("base_run",),
+            check=same_final("base_run"), note="truncated trainer_state.safetensors"),
+          P("train_rl.py", FIXTURES["base_test"][1] + ["--out", "run", "--resume"], "ok", prep=copy_run("base_test"),
+            needs=("base_test",), check=one_test_row, note="resuming a finished run")]
+
+    e = [P("evaluate.py", TINY + a + (out if "--out" not in a else []), w) for a, w in [
         (["--limit", "2", "--out", "model_copy"], "error"), (["--samples", "4"], "error"), (["--top-p", "0"], "error"),
         (["--device", "tpu"], "error"), (["--dataset", "undecodable.jsonl"], "error"),
         (["--dataset", "no_such_set"], "error"), (["--model", "config_list"], "error"),
         (["--limit", "0"], "error"), (["--out", "a_file/run"], "error"), (["--responses", "noanswer.jsonl"], "error"),
         (["--dataset", "bom.jsonl", "--limit", "2"], "ok")]]
-    e += [("evaluate.py", ["--model", "Qwen/Qwen3-0.6B-Base", "--limit", "1", "--out", "run"], "error")]
-    b = [("research/bands/bands.py", TINY + a + (out if "--out" not in a else []), w) for a, w in [
+    e += [P("evaluate.py", ["--model", "Qwen/Qwen3-0.6B-Base", "--limit", "1", "--out", "run"], "error")]
+    e += [P("evaluate.py", EV + ["--dataset", d, "--limit", "100", "--out", "run"], "error", mentions=(d,))
+          for d in ("deep.jsonl", "listid.jsonl", "char.jsonl", "bignum.jsonl", "long.jsonl", "my+data.jsonl")]
+    e += [P("evaluate.py", EV + ["--model", m, "--out", "run"], "error", quick=m == "nan_model")
+          for m in (*CONFIGS, "nan_model", "trunc_model")]
+    e += [P("evaluate.py", EV + ["--dataset", "mine+data.jsonl", "--out", "run"], "ok"),
+          P("evaluate.py", EV + ["--out", "notes"], "error", prep=notes()),
+          P("evaluate.py", EV + ["--out", "a_file"], "error"),
+          P("evaluate.py", ["compare", "ev_run/records.jsonl", "ev_run/records.jsonl", "--n-boot", "0"], "error",
+            mentions=("--n-boot",), needs=("ev_run",))]
+
+    b = [P("research/bands/bands.py", TINY + a + (out if "--out" not in a else []), w) for a, w in [
         (["--dataset", "tiny_val", "-k", "1"], "error"), (["--dataset", "tiny_val", "--temperature", "0"], "error"),
         (["--dataset", "tiny_val", "--limit", "2", "--heldout-per-group", "0", "--out", "model_copy"], "error"),
         (["--dataset", "undecodable.jsonl"], "error"), (["--dataset", "leak.jsonl"], "error")]]
-    r = [("research/rounds/rounds.py", TINY + ["--dataset", "tiny_ladder_train"] + a + (out if "--out" not in a else []),
-          w) for a, w in [
+    b += [P("research/bands/bands.py", BANDS + ["--dataset", d, "--limit", "100", "--heldout-per-group", "0",
+                                                     "--out", "run"], "error",
+            mentions=(d,))
+          for d in ("deep.jsonl", "listid.jsonl", "long.jsonl")]
+    b += [P("research/bands/bands.py", BANDS + ["--model", "cfg_kv0", "--out", "run"], "error"),
+          P("research/bands/bands.py", BANDS + ["--out", "notes"], "error", prep=notes())]
+
+    r = [P("research/rounds/rounds.py", ROUNDS + a + (out if "--out" not in a else []), w) for a, w in [
         (["--out", "model_copy"], "error"), (["--resume", "--out", "empty"], "error"), (["--selection", "x"], "error"),
         (["--frontier", "2"], "error"), (["--dataset", "huge.jsonl", "--val-dataset", "tiny_ladder_val"], "error"),
         (["--out", "a_file/run"], "error"), (["--temperature", "0"], "error")]]
-    p = [("research/report.py", a, w) for a, w in [
+    r += [P("research/rounds/rounds.py", ROUNDS + ["--dataset", "deep.jsonl", "--val-dataset", "tiny_ladder_val",
+                                                   "--out", "run"], "error", mentions=("deep.jsonl",)),
+          P("research/rounds/rounds.py", ROUNDS + ["--rl-steps", "1", "--rl-group-size", "1", "--out", "run"], "error"),
+          P("research/rounds/rounds.py", ROUNDS + ["--model", "trunc_model", "--out", "run"], "error"),
+          P("research/rounds/rounds.py", ROUNDS + ["--model", "cfg_kv0", "--out", "run"], "error"),
+          P("research/rounds/rounds.py", ROUNDS + ["--out", "notes"], "error", prep=notes())]
+
+    p = [P("research/report.py", a, w) for a, w in [
         (["model_copy", "--dpi", "0", "--out", "run"], "error"), (["no_such_run", "--out", "run"], "error"),
         (["model_copy", "--out", "run"], "error")]]
-    y = [("tiny.py", a, w) for a, w in [
-        ([], "error"), (["--data-only", "--seed", "1"], "error"), (["--threads", "0"], "error"),
-        (["--init", "no_such_model", "--out", "run", "--data-dir", "data_out"], "error")]]
-    return t + e + b + r + p + y
+    p += [P("research/report.py", ["bad_run", "--out", "rep"], "error", mentions=("metrics.jsonl",),
+            prep=copy_run("base_run", "bad_run", undecodable_metrics), needs=("base_run",)),
+          P("research/report.py", ["base_run", "--out", "notes"], "error", prep=notes(), needs=("base_run",)),
+          P("research/report.py", ["base_run", "--out", "rep", "--no-plots"], "ok", needs=("base_run",))]
+
+    y = [P("tiny.py", a, w) for a, w in [
+        ([], "error"), (["--data-only", "--seed", "1"], "error"), (["--threads", "0"], "error")]]
+    short = ["--steps", "2", "--data-dir", f"{S}/data_out"]
+    y += [P("tiny.py", ["--init", "no_such_model", "--out", f"{S}/run", *short], "error"),
+          P("tiny.py", ["--init", f"{S}/trunc_model", "--out", f"{S}/run", *short], "error",
+            note="--init with bad weights"),
+          P("tiny.py", ["--init", f"{S}/cfg_kv0", "--out", f"{S}/run", *short], "error"),
+          P("tiny.py", ["--out", f"{S}/notes", *short], "error", prep=notes(), quick=True),
+          P("tiny.py", ["--out", f"{S}/ro", *short], "error", prep=notes("ro", 0o555)),
+          P("tiny.py", ["--out", f"{S}/a_file", *short], "error"),
+          P("tiny.py", ["--out", f"{S}/run", *short], "error", prep=copy_run("base_run"), needs=("base_run",),
+            note="--out a training run"),
+          P("tiny.py", ["--out", f"{S}/run", *short], "ok")]
+    return help_ + t + e + b + r + p + y
 
 
-def files(root):
-    return {p.relative_to(root): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+# -----------------------------------------------------------------------------
+# Running a probe
 
 
-def run_probe(script, argv, expect, scratch):
-    before, repo_before = files(scratch), files(ROOT / "tiny_model") | files(ROOT / "data")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(scratch / "hf_home"), PYTHONWARNINGS="ignore")
-    r = subprocess.run([sys.executable, str(ROOT / script), *argv], capture_output=True, text=True, cwd=scratch,
-                       env=env, timeout=600)
-    after, repo_after = files(scratch), files(ROOT / "tiny_model") | files(ROOT / "data")
+def snapshot(root):
+    """Every file (size, mtime) and folder (mode) under root: a change or a deletion is data loss."""
+    out = {}
+    for p in root.rglob("*"):
+        st = p.lstat()
+        out[p.relative_to(root)] = ("dir", st.st_mode) if p.is_dir() else (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def repo_state():
+    state = {}
+    for d in ("tiny_model", "tiny_ladder_model", "data"):
+        state |= {Path(d) / k: v for k, v in snapshot(ROOT / d).items()}
+    return state, {name for name in REPO_WATCH if (ROOT / name).exists()}
+
+
+def remove(path):
+    if path.is_dir() and not path.is_symlink():
+        for p in [path, *path.rglob("*")]:
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def crashed(stderr, code):
+    """A traceback, or a crash that printed only its exception (a SyntaxError while the script is compiled)."""
+    return "Traceback" in stderr or (code not in (0, 2, 130, 143)
+                                     and re.search(r"^\w*(Error|Exception)\b", stderr, re.M) is not None)
+
+
+def clean_line(script, argv, lines, code):
+    """One `prog: error:` line (a subcommand's `prog sub: error:` too), exit 2."""
+    prog = Path(script).name
+    return code == 2 and bool(lines) and re.match(rf"{re.escape(prog)}( \w+)?: error: ", lines[-1]) is not None
+
+
+def run_probe(probe, scratch, keep):
+    for name in probe.needs:
+        run_fixture(scratch, name, *FIXTURES[name])
+    if probe.prep:
+        probe.prep(scratch)
+    argv = [a.replace("{S}", str(scratch)) for a in probe.argv]
+    argv += threads_flag(probe.script, argv)
+    before, (repo_before, repo_names) = snapshot(scratch), repo_state()
+    t0 = time.time()
+    try:
+        r = subprocess.run([sys.executable, str(ROOT / probe.script), *argv], capture_output=True, text=True,
+                           cwd=scratch, env=env_for(scratch), timeout=600)
+    except subprocess.TimeoutExpired as e:
+        r = subprocess.CompletedProcess(e.cmd, -9, e.stdout or "", (e.stderr or "") + "\nhung: killed after 600 s")
+    seconds = time.time() - t0
+    if argv == ["--help"] and r.returncode == 0:
+        HELP_CACHE.setdefault(probe.script, r.stdout)
+    after, (repo_after, repo_names_after) = snapshot(scratch), repo_state()
     lines = [x for x in r.stderr.splitlines() if x.strip()]
-    clean = r.returncode == 2 and bool(lines) and lines[-1].startswith(f"{Path(script).name}: error: ")
+    clean = clean_line(probe.script, argv, lines, r.returncode)
     new = sorted(str(p) for p in set(after) - set(before) if not str(p).startswith("hf_home"))
-    changed = sorted(str(p) for p in before if p not in after or after[p] != before[p])
+    changed = sorted(str(p) for p in before if after.get(p) != before[p] and not str(p).startswith("hf_home"))
     changed += sorted(f"repo/{p}" for p in repo_before if repo_after.get(p) != repo_before[p])
-    for d in ("run", "empty", "data_out"):  # leave the scratch as it was for the next probe
-        shutil.rmtree(scratch / d, ignore_errors=True)
-    ok = clean and not new and not changed if expect == "error" else r.returncode == 0 and not changed
-    return dict(script=script, argv=argv, expect=expect, ok=ok, clean=clean, traceback="Traceback" in r.stderr,
-                wrote=new if expect == "error" else [], changed=changed, last=lines[-1] if lines else "",
-                code=r.returncode)
+    new += sorted(f"repo/{n}" for n in repo_names_after - repo_names)
+    problems = probe.check(scratch, r) if probe.check else []
+    said = lines[-1] if lines else ""
+    if probe.expect in ("error", "resume") and clean:
+        problems += [f"the message does not name {m!r}" for m in probe.mentions if m not in said]
+    if probe.expect == "help":
+        ok = r.returncode == 0 and (("usage:" in r.stdout) if probe.script != "objectives.py" else bool(r.stdout))
+        said = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else said
+        new, changed = [], []  # --help writes nothing; a change would show in the next probe's snapshot anyway
+    elif probe.expect == "error":
+        ok = clean and not new and not changed
+    elif probe.expect == "resume":  # a clean error with nothing changed, or a fall back that ends exact (check)
+        ok = (clean and not new and not changed) or (r.returncode == 0 and not [c for c in changed
+                                                                                 if not c.startswith("run/")])
+        if r.returncode == 0:
+            changed = [c for c in changed if not c.startswith("run/")]
+            new = []
+    else:
+        ok = r.returncode == 0
+        changed = [c for c in changed if not c.startswith(("run/", "rep/"))]
+        ok = ok and not changed
+    ok = ok and not problems
+    for name in set(p.parts[0] for p in map(Path, after)) - keep:  # leave the scratch as it was for the next probe
+        remove(scratch / name)
+    failed_start = probe.expect in ("error", "resume") and r.returncode != 0
+    return dict(section="help" if probe.expect == "help" else probe.script, script=probe.script, argv=argv,
+                expect=probe.expect, ok=ok, clean=clean, traceback=crashed(r.stderr, r.returncode),
+                wrote=new if failed_start else [], changed=changed, problems=problems, last=said,
+                code=r.returncode, seconds=seconds, note=probe.note)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="", help="probe this script only (e.g. train_rl.py)")
-    args = ap.parse_args()
+# -----------------------------------------------------------------------------
+# Interrupt trials: SIGINT / SIGTERM / a double SIGINT at a random moment, then --resume, against a straight run
+
+
+def logged(path, drop_timing=False):
+    if not path.is_file():
+        return []
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return [{k: v for k, v in row.items() if not TIMING.search(k)} if drop_timing else row for row in rows]
+
+
+def start_t4(scratch, name, extra=()):
+    log = open(scratch / f"{name}.log", "w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train_rl.py"), *T4, *extra, "--out", name], cwd=scratch,
+                            env=env_for(scratch), stdout=log, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
+    return proc, log
+
+
+def default_sigint():
+    """In the child: Ctrl-C's default disposition, as a terminal gives it. A shell's background job (`probe &`)
+    ignores SIGINT, and a child would inherit that and never see the probe's signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_started(scratch, name, proc, timeout=120):
+    """Wait until the run has claimed its directory (print_config's `run` line); returns the time it did."""
+    t_end = time.time() + timeout
+    while time.time() < t_end and proc.poll() is None:
+        text = (scratch / f"{name}.log").read_text()
+        if re.search(r"^run ", text, re.M):
+            return time.time()
+        time.sleep(0.02)
+    return time.time()
+
+
+def reference(scratch):
+    """The straight run, and how long it runs after claiming its directory (the window the signals spread over)."""
+    proc, log = start_t4(scratch, "ref")
+    t_start = wait_started(scratch, "ref", proc)
+    _, err = proc.communicate(timeout=600)
+    span = time.time() - t_start
+    log.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the straight run failed: {err.strip()[-300:]}")
+    return span
+
+
+def phase(scratch, name):
+    """What the run was doing when the signal was sent: its last line of output."""
+    text = (scratch / f"{name}.log").read_text().replace("\r", "\n")
+    lines = [x for x in text.splitlines() if x.strip()]
+    return lines[-1][:60] if lines else ""
+
+
+def interrupt_trial(scratch, k, kind, delay):
+    """One trial: the run, a signal after `delay` seconds, --resume; returns the result row."""
+    name = f"int{k}"
+    extra = ["--save-every", "0"] if kind == "SIGTERM" else []  # then only the handler can keep the steps done
+    proc, log = start_t4(scratch, name, extra)
+    wait_started(scratch, name, proc)
+    time.sleep(delay)
+    sent = proc.poll() is None
+    where = phase(scratch, name) if sent else "(finished first)"
+    steps_logged = None
+    if sent:
+        steps_logged = len(logged(scratch / name / "metrics.jsonl"))
+        proc.send_signal(signal.SIGTERM if kind == "SIGTERM" else signal.SIGINT)
+        if kind == "double SIGINT":
+            time.sleep(random.Random(k).uniform(0.05, 0.4))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    log.close()
+    problems, code = [], proc.returncode
+    finished = code == 0 and "done:" in (scratch / f"{name}.log").read_text()
+    expected_codes = (130, 143) if kind == "SIGTERM" else (130,)
+    if sent and code not in expected_codes and not (kind == "double SIGINT" and code == 0 and finished):
+        problems.append(f"exit {code} after the signal, not {' or '.join(map(str, expected_codes))}")
+    elif not sent and not finished:
+        problems.append(f"exit {code}, not 0, for a run that was never signalled")
+    if crashed(err, code) and kind != "double SIGINT":
+        problems.append("traceback")
+    run_dir, ref = scratch / name, scratch / "ref"
+    for ckpt in sorted((run_dir / "checkpoints").glob("step_*")):  # each checkpoint left is the straight run's
+        if (ckpt / "model.safetensors").read_bytes() != (ref / "checkpoints" / ckpt.name / "model.safetensors"
+                                                         ).read_bytes():
+            problems.append(f"{ckpt.name} holds other weights than the straight run's {ckpt.name}")
+    saved = max((int(c.name.split("_")[1]) for c in (run_dir / "checkpoints").glob("step_*")), default=0)
+    if steps_logged and saved < steps_logged:
+        problems.append(f"{steps_logged} steps were logged when the signal came, the last checkpoint is step {saved}")
+    r = subprocess.run([sys.executable, str(ROOT / "train_rl.py"), *T4, *extra, "--out", name, "--resume"],
+                       cwd=scratch, env=env_for(scratch), capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        problems.append(f"--resume exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:120]}")
+    else:
+        a, b = run_dir / "final" / "model.safetensors", ref / "final" / "model.safetensors"
+        if not a.is_file() or a.read_bytes() != b.read_bytes():
+            problems.append("final/model.safetensors differs from the straight run")
+        if logged(run_dir / "metrics.jsonl", True) != logged(ref / "metrics.jsonl", True):
+            problems.append("metrics.jsonl differs from the straight run (timing dropped)")
+        if logged(run_dir / "samples.jsonl") != logged(ref / "samples.jsonl"):
+            problems.append("samples.jsonl differs from the straight run")
+    remove(run_dir)
+    (scratch / f"{name}.log").unlink()
+    lost = any("differ" in p or "other weights" in p or "logged" in p for p in problems)
+    return dict(section="interrupt", script="train_rl.py", kind=kind, delay=delay, where=where, ok=not problems,
+                sent=sent,
+                code=code, problems=problems, lost=lost, clean=not problems,
+                traceback=crashed(err, code) or crashed(r.stderr, r.returncode),
+                wrote=[], changed=[], expect="interrupt", last="; ".join(problems) or f"exit {code}, resume exact",
+                argv=[kind, f"after {delay:.2f}s"], seconds=0.0, note=where)
+
+
+def interrupt_trials(scratch, n_int, n_term, n_double, seed, report):
+    """The straight run, then the trials: delays stratified over the run (trial i in the i-th of n equal slices).
+    A trial whose run finished before its signal is drawn again (at most n more), so n trials are interrupted."""
+    span = reference(scratch)
+    print(f"interrupt: the straight run takes {span:.1f}s after claiming its directory", flush=True)
+    rng = random.Random(seed)
     results = []
+    for kind, n in (("SIGINT", n_int), ("SIGTERM", n_term), ("double SIGINT", n_double)):
+        sent, tries = 0, 0
+        while sent < n and tries < 2 * n:
+            delay = ((sent + rng.random()) / n * span * 0.95) * (0.8 if tries >= n else 1.0)  # late ones, earlier
+            res = interrupt_trial(scratch, len(results), kind, delay)
+            results.append(res)
+            report(res)
+            sent, tries = sent + res["sent"], tries + 1
+    remove(scratch / "ref")
+    return results
+
+
+# -----------------------------------------------------------------------------
+
+
+def show(res):
+    extra = (f" WROTE {res['wrote']}" if res["wrote"] else "")
+    extra += f" CHANGED {res['changed']}" if res["changed"] else ""
+    extra += "".join(f" [{p}]" for p in res["problems"] if p not in res["last"])
+    note = f" ({res['note']})" if res.get("note") else ""
+    print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['script']} {' '.join(res['argv'])}{note}: exit {res['code']}, "
+          f"{res['last'][:160]}{extra}", flush=True)
+
+
+def table(results):
+    print("\n| section | probes | as expected | one clean error line | tracebacks | wrote on a failed start | "
+          "data lost or silently wrong |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    rows = []
+    for section in dict.fromkeys(r["section"] for r in results):
+        mine = [r for r in results if r["section"] == section]
+        errors = [r for r in mine if r["expect"] == "error" or (r["expect"] == "resume" and r["code"] != 0)]
+        lost = sum(bool(r["changed"]) or r.get("lost", False) for r in mine)
+        clean = f"{sum(r['clean'] for r in errors)} of {len(errors)}" if errors else "-"
+        rows.append((len(mine), sum(r["ok"] for r in mine), sum(r["clean"] for r in errors), len(errors),
+                     sum(r["traceback"] for r in mine), sum(bool(r["wrote"]) for r in mine), lost))
+        print(f"| {section} | {len(mine)} | {rows[-1][1]} | {clean} | {rows[-1][4]} | {rows[-1][5]} | {lost} |")
+    tot = [sum(x) for x in zip(*rows)] if rows else [0] * 7
+    print(f"| **all** | {tot[0]} | {tot[1]} | {tot[2]} of {tot[3]} | {tot[4]} | {tot[5]} | {tot[6]} |")
+    print(f"\nprobes {tot[0]}, as expected {tot[1]}, clean one-line errors {tot[2]} of {tot[3]}; "
+          f"tracebacks {tot[4]}, files written by failed starts {tot[5]}, data lost {tot[6]} (goal: 0, 0, 0)")
+    trials = [r for r in results if r["section"] == "interrupt"]
+    for kind in dict.fromkeys(r["kind"] for r in trials):
+        mine = [r for r in trials if r["kind"] == kind]
+        print(f"{kind}: {sum(r['sent'] for r in mine)} runs signalled mid-run (of {len(mine)} trials; the others "
+              f"had finished), {sum(r['ok'] for r in mine if r['sent'])} of them resumed exactly")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
+    ap.add_argument("--only", default="", help="only probes whose script, section (help, interrupt) or arguments "
+                    "contain this text (e.g. train_rl.py, tiny.py, notes, interrupt)")
+    ap.add_argument("--quick", action="store_true", help="a representative subset (about 90 s on 1 thread)")
+    ap.add_argument("--trials", type=int, default=20, help="SIGINT trials (--quick: 1)")
+    ap.add_argument("--term-trials", type=int, default=3, help="SIGTERM trials (--quick: 1)")
+    ap.add_argument("--double-trials", type=int, default=2, help="double SIGINT trials (--quick: 0)")
+    ap.add_argument("--seed", type=int, default=0, help="the interrupt delays' seed")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.trials, args.term_trials, args.double_trials = 1, 1, 0
+    t0 = time.time()
+    results = []
+    selected = [p for p in probes() if (not args.quick or p.quick) and (
+        not args.only or args.only in p.script or (args.only == "help" and p.expect == "help")
+        or args.only in " ".join(p.argv) or args.only in p.note)]
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         setup(scratch)
-        for script, argv, expect in probes():
-            if args.only and script != args.only:
-                continue
-            res = run_probe(script, argv, expect, scratch)
+        keep = set(os.listdir(scratch)) | set(FIXTURES) | {"hf_home"}
+        for probe in selected:
+            try:
+                res = run_probe(probe, scratch, keep)
+            except Exception as e:  # noqa: BLE001 -- a fixture that failed fails its probe, not the whole run
+                res = dict(section=probe.script, script=probe.script, argv=probe.argv, expect=probe.expect, ok=False,
+                           clean=False, traceback=False, wrote=[], changed=[], problems=[], last=f"probe: {e}",
+                           code=None, seconds=0.0, note=probe.note)
             results.append(res)
-            print(f"{'ok  ' if res['ok'] else 'FAIL'} {script} {' '.join(argv)}: exit {res['code']}, "
-                  f"{res['last'][:150]}" + (f" WROTE {res['wrote']}" if res["wrote"] else "")
-                  + (f" CHANGED {res['changed']}" if res["changed"] else ""), flush=True)
-    print("\n| script | probes | as expected | one clean error line | tracebacks | wrote on a failed start | "
-          "changed or deleted |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for script in dict.fromkeys(r["script"] for r in results):
-        mine = [r for r in results if r["script"] == script]
-        errors = [r for r in mine if r["expect"] == "error"]
-        print(f"| {script} | {len(mine)} | {sum(r['ok'] for r in mine)} | {sum(r['clean'] for r in errors)} of "
-              f"{len(errors)} | {sum(r['traceback'] for r in mine)} | {sum(bool(r['wrote']) for r in mine)} | "
-              f"{sum(bool(r['changed']) for r in mine)} |")
-    return 0 if all(r["ok"] for r in results) else 1
+            show(res)
+        if not args.only or args.only in "interrupt":
+            try:
+                results += interrupt_trials(scratch, args.trials, args.term_trials, args.double_trials, args.seed, show)
+            except Exception as e:  # noqa: BLE001
+                results.append(dict(section="interrupt", script="train_rl.py", argv=["reference"], expect="interrupt",
+                                    ok=False, clean=False, traceback=False, wrote=[], changed=[], problems=[],
+                                    last=f"{e}", code=None, lost=False, seconds=0.0, note=""))
+                show(results[-1])
+    table(results)
+    print(f"wall time {time.time() - t0:.0f}s")
+    return 0 if results and all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import evaluate as E  # noqa: E402
 import problems as P  # noqa: E402
 import stats  # noqa: E402
 from cli import arg  # noqa: E402
-from runs import write_json  # noqa: E402
+from runs import describe as describe_dir, write_json  # noqa: E402
 from research.bands import bands as B  # noqa: E402
 
 
@@ -104,16 +104,29 @@ NOT_WHAT = {"out", "resume", "seed", "device", "compile", "save_every", "samples
 KINDS = ("train", "eval", "bands", "rounds")
 
 
+def read_text(path):
+    """A file's text, UTF-8 (a BOM allowed); bytes that are not UTF-8 are an error naming the file and line."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}); "
+                         f"a run directory's files are UTF-8, so this one is damaged or not a run's") from None
+
+
 def read_json(path):
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None
 
 
 def read_log(path):
     """The objects of a JSONL log and whether its last line was cut off (a killed run)."""
-    text = Path(path).read_text() if Path(path).is_file() else ""
+    text = read_text(path) if Path(path).is_file() else ""
     lines = text.split("\n")
     tail = lines.pop()
     rows = [P.parse_json_line(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
@@ -816,6 +829,22 @@ def write_plots(runs, keys, out, dpi):
 # CLI
 
 
+REPORT_FILES = ("report.md", "report.json")  # with the PNGs: what a report directory holds
+
+
+def check_out(out):
+    """Refuse an --out holding anything but a previous report (its report.md / report.json and PNGs), as
+    runs.check_out does for runs: a report is rewritten in place, other files are never written over."""
+    names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    ours = [n for n in names if n in REPORT_FILES or n.endswith(".png")]
+    if names and (ours != names or not any(n in REPORT_FILES for n in names)):
+        what = describe_dir(out) or f"{len(names)} other file(s)"
+        other = [n for n in names if n not in ours] or names
+        raise FileExistsError(f"--out {out}: holds {what} ({', '.join(other[:3])}{' ...' * (len(other) > 3)}), not a "
+                              f"report; refusing to write into it. Choose another --out (an empty or new directory, or "
+                              f"a previous report)")
+
+
 def report(run_dirs, out, by=(), dpi=100, plots=True):
     """Read the runs, write report.md, report.json and the PNGs into out; returns the markdown. Every flag and
     run directory is checked before anything is written."""
@@ -823,6 +852,7 @@ def report(run_dirs, out, by=(), dpi=100, plots=True):
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: a file, not a directory")
+    check_out(out)
     mine = [d for d in run_dirs if Path(d).resolve() == out.resolve()]  # `report.py runs/x/* --out runs/x/report`
     if mine:
         print(f"report.py: leaving out {mine[0]}, the report's own --out", file=sys.stderr)

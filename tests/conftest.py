@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,10 @@ import checkpoint  # noqa: E402
 # Tiny test models gain nothing from a second thread, and on a shared machine an OpenMP thread that waits
 # for a descheduled sibling makes every op ~10x slower: one thread keeps the suite fast and predictable.
 torch.set_num_threads(1)
+
+# A shell's background job (`pytest &`, `nohup ... &`) starts with SIGINT ignored, and subprocesses would inherit
+# that: the Ctrl-C tests need the terminal's Ctrl-C, in this process and in the runs it starts.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n.,:;!?+-*/=()[]{}\\^_$'\"<>|&%#@~`"
 

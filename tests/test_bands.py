@@ -333,3 +333,42 @@ def test_tiny_checkpoint_bands_agree_with_records(tmp_path, capsys):
     same = B.main(["compare", str(tmp_path / "a"), str(tmp_path / "a" / "bands.jsonl")])  # diagonal
     assert all(same["table"][x][y] == (summary["overall"][x] if x == y else 0) for x in B.BANDS for y in B.BANDS)
     assert same["changes"] == 0 and same["shared_draws"]  # one run against itself: the same draws
+
+
+def test_help_prints_and_exits_0_and_missing_flags_are_one_line():
+    here = Path(B.__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "research/bands/bands.py", "--help"], capture_output=True, text=True, cwd=here)
+    assert r.returncode == 0 and "--dataset" in r.stdout and "--threads" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "research/bands/bands.py", "--model", "tiny"], capture_output=True, text=True,
+                       cwd=here)
+    assert (r.returncode, r.stderr) == (2, "bands.py: error: the following arguments are required: --dataset, --out\n")
+
+
+def test_a_too_long_or_unencodable_problem_is_named_before_out_is_claimed(tmp_path):
+    long = write_jsonl(tmp_path / "long.jsonl", [dict(id="ok", problem="1 + 2", answer="3"),
+                                                 dict(id="big", problem="1 + " * 300 + "2", answer="0")])
+    with pytest.raises(ValueError) as e:
+        run_cli(long, tmp_path / "out", "--heldout-per-group", "0")
+    assert str(e.value).startswith(f"{long}: problem 'big' has a ") and "context" in str(e.value)
+    accent = write_jsonl(tmp_path / "accent.jsonl", [dict(id="q1", problem="1 + \u00e9", answer="3")])
+    with pytest.raises(ValueError, match=f"^{accent}: problem 'q1' has characters the model's tokenizer cannot"):
+        run_cli(accent, tmp_path / "out", "--heldout-per-group", "0")
+    assert not (tmp_path / "out").exists()
+
+
+def test_threads_flag_and_list_ids_in_a_bands_file(tmp_path, monkeypatch):
+    import torch
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n))
+    with pytest.raises(ValueError):  # stops at the data (a list id), after --threads took effect
+        path = tmp_path / "d.jsonl"
+        path.write_text('{"id": ["a"], "problem": "1 + 2", "answer": "3"}\n')
+        run_cli(path, tmp_path / "out", "--threads", "1")
+    f = write_jsonl(tmp_path / "bands.jsonl", [dict(id=["a"], band="mixed")])
+    with pytest.raises(ValueError, match="bands.jsonl:1: 'id' must be a string or an integer, got list"):
+        B.read_bands(f)
+    path.write_text('{"problem": "1 + 2", "answer": "3"}\n')
+    monkeypatch.setattr(B.E, "evaluate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # reached sampling: --threads was applied before
+        run_cli(path, tmp_path / "out2", "--threads", "1", "--heldout-per-group", "0")
+    assert seen == [1]

@@ -72,6 +72,20 @@ def test_tensor_of_the_wrong_shape(tmp_path):
     assert str(tmp_path / "model.safetensors") in str(e.value)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, bad):
+    save_hf(tmp_path)
+    key = "model.layers.1.mlp.down_proj.weight"
+
+    def poison(t):
+        t[key] = t[key].clone()
+        t[key][3, 5] = bad
+    rewrite_checkpoint(tmp_path, poison)
+    with pytest.raises(ValueError, match=r"'model\.layers\.1\.mlp\.down_proj\.weight' holds non-finite") as e:
+        checkpoint.load_model(tmp_path, device="cpu")
+    assert str(tmp_path / "model.safetensors") in str(e.value)
+
+
 def test_unexpected_tensor(tmp_path):
     save_hf(tmp_path)
     rewrite_checkpoint(tmp_path, lambda t: t.update({"model.layers.0.self_attn.q_proj.bias": torch.zeros(64)}))

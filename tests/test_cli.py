@@ -69,6 +69,18 @@ def test_run_main_prints_one_line_for_expected_errors_and_keeps_bugs_loud(capsys
     assert cli.run_main(lambda: 7, "demo.py") == 7
 
 
+def test_run_main_interrupted_in_process_leaves_the_signal_handlers_as_they_were():
+    import signal
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupted():
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run_main(interrupted, "demo.py")
+    assert exit_info.value.code == 130
+    assert {s: signal.getsignal(s) for s in before} == before  # no SIG_IGN left for the next test or subprocess
+
+
 # -----------------------------------------------------------------------------
 # The tiny world's defaults follow --model: `tiny`, or any checkpoint trained from it
 
@@ -388,3 +400,55 @@ def test_tiny_py_refuses_to_overwrite_the_committed_build(capsys):
     assert code == 2 and "holds a checkpoint already; pass --force" in line
     code, line = run_cli(tiny.main, "tiny.py", ["--data-only", "--seed", "1"], capsys)
     assert code == 2 and "holds other problems than --seed 1 makes; pass --force" in line
+
+
+def interrupted_run(tmp_path, signals, slow_save=False):
+    """train_rl.py on the tiny world, sent `signals` once step 2 is printed (the second, if any, while the
+    interrupt's checkpoint is being saved); returns (exit status, stdout, stderr, run directory)."""
+    import signal
+    out = tmp_path / "run"
+    argv = ["train_rl.py", "--model", "tiny", "--steps", "40", "--problems-per-step", "2", "--save-every", "0",
+            "--test-dataset", "", "--eval-every", "0", "--threads", "1", "--out", str(out)]
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import cli, runs, train_rl; real = runs.save_checkpoint\n"
+            "def slow(*a, **k):\n    print('saving', flush=True); time.sleep(2); return real(*a, **k)\n"
+            f"runs.save_checkpoint = slow if {slow_save} else real; sys.argv = sys.argv[2:]\n"
+            "cli.run_main(train_rl.main, 'train_rl.py')")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    sent = []
+    for line in proc.stdout:
+        if line.startswith("step 2/") or (line.startswith("saving") and sent):
+            proc.send_signal(getattr(signal, signals[len(sent)]))
+            sent.append(line)
+            if len(sent) == len(signals):
+                break
+    rest, err = proc.communicate(timeout=120)
+    return proc.returncode, "".join(sent) + rest, err, out
+
+
+def test_sigterm_saves_like_ctrl_c_and_exits_143(tmp_path):
+    import runs
+    code, out, err, run = interrupted_run(tmp_path, ["SIGTERM"])
+    assert code == 143, err
+    assert "interrupted: checkpoint after step" in out and "Traceback" not in err and "(SIGTERM)" in err
+    runs.check_checkpoint(runs.latest_checkpoint(run))
+
+
+def test_a_second_ctrl_c_while_saving_keeps_the_checkpoint_whole_and_exits_130(tmp_path):
+    import runs
+    code, out, err, run = interrupted_run(tmp_path, ["SIGINT", "SIGINT"], slow_save=True)
+    assert code == 130, err
+    assert "Traceback" not in err and "takes effect once the update or checkpoint in progress is complete" in err
+    runs.check_checkpoint(runs.latest_checkpoint(run))  # whole: every file reads
+
+
+def test_a_seed_beyond_64_bits_or_the_seed_range_names_the_flag(capsys):
+    for seed in ("1" * 20, str(2**40), "-1"):
+        with pytest.raises(ValueError, match="--seed must"):
+            T.parse_args(["--model", "tiny", "--seed", seed])
+
+    @dataclass
+    class Wide:
+        n: int = arg(0, "any int")
+    with pytest.raises(ValueError, match="--n must fit in 64 bits"):
+        cli.check_fields(Wide(n=2**64))

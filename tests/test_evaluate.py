@@ -461,3 +461,60 @@ def test_compare_refuses_records_with_other_reference_answers(tmp_path):
                                                                                         correct=True)])
     with pytest.raises(ValueError, match="problem 'q1' has reference answer '2' in .*a.jsonl but '3'"):
         E.compare(a, b)
+
+
+def run_shell(*argv):
+    r = subprocess.run([sys.executable, "evaluate.py", *map(str, argv)], capture_output=True, text=True,
+                       cwd=Path(E.__file__).parent, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    return r.returncode, r.stderr
+
+
+def test_compare_n_boot_below_one_is_a_flag_error(tmp_path):
+    a = hand_records(tmp_path / "a.jsonl", [1, 0, 1])
+    code, err = run_shell("compare", a, a, "--n-boot", "0")
+    assert (code, err) == (2, "evaluate.py: error: --n-boot must be at least 1, got 0\n")
+    with pytest.raises(ValueError, match="n_boot must be an integer >= 1"):  # from Python too
+        E.compare(a, a, n_boot=0)
+
+
+def test_a_too_long_or_unencodable_problem_is_named_before_out_is_claimed(tmp_path):
+    long = write_jsonl(tmp_path / "long.jsonl", [dict(id="ok", problem="1 + 2", answer="3"),
+                                                 dict(id="big", problem="1 + " * 300 + "2", answer="0")])
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as e:
+        E.main(["--model", "tiny", "--dataset", str(long), "--out", str(out)])
+    assert str(e.value).startswith(f"{long}: problem 'big' has a ") and "context" in str(e.value)
+    accent = write_jsonl(tmp_path / "accent.jsonl", [dict(id="q1", problem="1 + \u00e9", answer="3")])
+    for extra in ([], ["--responses", str(write_jsonl(tmp_path / "r.jsonl", [dict(id="q1", response="3")]))]):
+        with pytest.raises(ValueError) as e:
+            E.main(["--model", "tiny", "--dataset", str(accent), "--out", str(out), *extra])
+        assert str(e.value).startswith(f"{accent}: problem 'q1' has characters the model's tokenizer cannot encode")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{"id": ["a"], "problem": "1 + 2", "answer": "3"}', ":1: 'id' must be a string or an integer, got list"),
+    ("[" * 100_000 + "]" * 100_000, ":1: JSON nested too deeply"),
+], ids=["list-id", "deep"])
+def test_hostile_data_lines_are_one_line_errors(tmp_path, line, words):
+    path = tmp_path / "d.jsonl"
+    path.write_text(line + "\n")
+    code, err = run_shell("--model", "tiny", "--dataset", path, "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"evaluate.py: error: {path}{words}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_records_with_a_list_id_are_named(tmp_path):
+    path = write_jsonl(tmp_path / "r.jsonl", [dict(id="q0", correct=True), dict(id=["q1"], correct=True)])
+    with pytest.raises(ValueError, match=r"r.jsonl:2: 'id' must be a string or an integer, got list"):
+        E.compare(path, path)
+
+
+def test_threads_flag_sets_torch_threads(tiny, data, tmp_path, monkeypatch):
+    import torch as T
+    seen = []
+    monkeypatch.setattr(T, "set_num_threads", lambda n: seen.append(n))
+    run_cli(tiny, data, tmp_path / "out", "--limit", "1", "--threads", "1")
+    assert seen == [1]
+    with pytest.raises(ValueError, match="--threads must be >= 0"):
+        run_cli(tiny, data, tmp_path / "out2", "--threads", "-1")

@@ -189,6 +189,36 @@ def test_config_refuses_what_is_not_implemented(tmp_path, change, message):
     assert str(path) in str(e.value)
 
 
+@pytest.mark.parametrize("key, value, words", [
+    ("num_key_value_heads", 0, "num_key_value_heads=0 must be > 0"),  # was ZeroDivisionError
+    ("num_attention_heads", 0, "num_attention_heads=0 must be > 0"),  # was ZeroDivisionError (head_dim's default)
+    ("hidden_size", -1024, "hidden_size=-1024 must be > 0"),  # was a torch error
+    ("head_dim", -32, "head_dim=-32 must be > 0"),
+    ("intermediate_size", 0, "intermediate_size=0 must be > 0"),
+    ("num_hidden_layers", 0, "num_hidden_layers=0 must be > 0"),
+    ("vocab_size", -1, "vocab_size=-1 must be > 0"),
+    ("max_position_embeddings", 0, "max_position_embeddings=0 must be > 0"),
+    ("rope_theta", 0, "rope_theta=0 must be > 0 and finite"),  # was non-finite logits
+    ("rope_theta", float("nan"), "rope_theta=nan must be > 0 and finite"),
+    ("rms_norm_eps", -1, "rms_norm_eps=-1 must be > 0 and finite"),
+    ("bos_token_id", "zero", "bos_token_id='zero' must be int or null"),  # was accepted
+    ("eos_token_id", 1.5, "eos_token_id=1.5 must be int or null"),
+    ("num_key_value_heads", True, "num_key_value_heads=True must be int"),
+])
+def test_config_values_out_of_range_name_the_file_and_key(tmp_path, key, value, words):
+    path = write_config(tmp_path, {**QWEN3_0P6B_BASE_CONFIG, key: value})
+    with pytest.raises(ValueError) as e:
+        checkpoint.load_model(tmp_path, device="cpu")
+    assert str(e.value) == f"{path}: {words}"
+    with pytest.raises(ValueError, match="must be"):
+        checkpoint.read_config(tmp_path)
+
+
+def test_config_null_token_ids_and_a_huge_rope_base_are_accepted(tmp_path):
+    d = {**QWEN3_0P6B_BASE_CONFIG, "bos_token_id": None, "rope_theta": 1e300}
+    assert Qwen3Config.from_json(write_config(tmp_path, d)).rope_theta == 1e300
+
+
 # -----------------------------------------------------------------------------
 # Parameter and FLOP counts
 

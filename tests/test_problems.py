@@ -125,3 +125,35 @@ def test_dataset_names_and_paths(tmp_path):
         P.load_problems(str(tmp_path / "missing.jsonl"))
     with pytest.raises(ValueError, match="unknown dataset 'math5000'; known: math500"):
         P.load_problems("math5000")
+
+
+@pytest.mark.parametrize("line, words", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # json.loads raises RecursionError, not JSONDecodeError
+    ('{"problem": "1+1", "answer": ' + "9" * 5000 + "}", "digits"),  # Python's int-string conversion limit
+    ('{"id": ["a"], "problem": "1+1", "answer": "2"}', "'id' must be a string or an integer, got list"),
+    ('{"id": null, "problem": "1+1", "answer": "2"}', "'id' must be"),
+], ids=["deep", "digits", "list-id", "null-id"])
+def test_hostile_data_lines_name_the_file_and_line(tmp_path, line, words):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"problem": "2+2", "answer": "4"}\n' + line + "\n")
+    with pytest.raises(ValueError) as e:
+        P.load_problems(path)
+    assert str(e.value).startswith(f"{path}:2: ") and words in str(e.value)
+
+
+def test_a_plus_in_a_file_name_is_a_file_not_two_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my+data.jsonl").write_text('{"problem": "2+2", "answer": "4"}\n')
+    assert [p["answer"] for p in P.load_problems("my+data.jsonl")] == ["4"]
+    with pytest.raises(FileNotFoundError) as e:  # missing: the whole value is named, not its first part
+        P.load_problems("other+data.jsonl")
+    assert str(e.value).startswith("other+data.jsonl: no such dataset file")
+    assert len(P.load_problems("tiny_val+tiny_test")) == len(P.load_problems("tiny_val")) + len(P.load_problems("tiny_test"))
+
+
+def test_a_character_the_tokenizer_lacks_names_the_set_and_problem():
+    tok = checkpoint.load_tokenizer("tiny")  # the tiny world's character tokenizer has no unknown token
+    rows = [{"id": "ok", "problem": "1 + 2"}, {"id": "q7", "problem": "1 + \u00e9 + 2"}]
+    with pytest.raises(ValueError) as e:
+        P.check_prompts_fit([("my.jsonl", rows)], tok, "base", 16, 512)
+    assert str(e.value).startswith("my.jsonl: problem 'q7' has characters") and "'\u00e9'" in str(e.value)

@@ -463,3 +463,37 @@ def test_tiny_real_runs_report_what_their_files_say(tmp_path, char_model_dir, mo
     pair = t["Paired comparisons (same problems)"][0]
     assert (pair["n paired"], pair["only A right"], pair["only B right"], pair["McNemar p"]) == (
         str(c["n"]), str(c["only_a_correct"]), str(c["only_b_correct"]), f"{c['mcnemar_p']:.3g}")
+
+
+def test_a_non_utf8_metrics_file_is_named(tmp_path, data, capsys):
+    run = hand_train_run(tmp_path, "r", data)
+    with open(run / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 4, "note": "\xff"}\n')
+    with pytest.raises(SystemExit):
+        R.cli.run_main(lambda: R.main([str(run), "--out", str(tmp_path / "o")]), "report.py")
+    err = capsys.readouterr().err
+    assert err.startswith(f"report.py: error: {run / 'metrics.jsonl'}:6: not UTF-8 text") and err.count("\n") == 1
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / "config.json").write_bytes(b'{"model": "\xfe"}')
+    with pytest.raises(ValueError, match=f"^{run / 'config.json'}:1: not UTF-8 text"):
+        R.report([run], tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_holding_other_files_is_refused_and_a_previous_report_is_rewritten(tmp_path, data):
+    good = hand_eval_run(tmp_path, "e", [1, 0])
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("keep\n")
+    with pytest.raises(FileExistsError, match=f"^--out {notes}: holds 1 other file.* \\(notes.txt\\), not a report"):
+        R.report([good], notes, plots=False)
+    with pytest.raises(FileExistsError, match="holds an evaluate.py output"):
+        R.report([hand_eval_run(tmp_path, "f", [1])], good, plots=False)
+    assert sorted(p.name for p in notes.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in good.iterdir()) == ["records.jsonl", "settings.json", "summary.json"]
+    first = R.report([good], tmp_path / "rep", plots=False)
+    (tmp_path / "rep" / "training.png").write_bytes(b"")  # a previous report's plot
+    assert R.report([good], tmp_path / "rep", plots=False) == first  # rewritten in place
+    (tmp_path / "rep" / "mine.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="mine.txt"):
+        R.report([good], tmp_path / "rep", plots=False)

@@ -627,3 +627,32 @@ def test_replay_share_draws_earlier_rounds_traces_by_hand(tmp_path):
     assert R.replayed_traces(tmp_path, 3, 4, R.RoundsConfig(replay_share=0.0)) == []
     cfg = R.RoundsConfig(replay_share=0.2)
     assert len(R.replayed_traces(tmp_path, 3, 8, cfg)) == 2  # 0.2 / 0.8 x 8
+
+
+def test_failed_starts_write_nothing(tmp_path, char_model_dir):
+    """The RL phase's settings are checked before round 0 is written, and unreadable weights fail before --out
+    is claimed: the same command then runs once fixed, without --resume."""
+    import shutil
+    with pytest.raises(ValueError, match="--rl-steps 1.*--rl-group-size 1"):
+        R.main(SMALL + ["--rl-steps", "1", "--rl-group-size", "1", "--out", str(tmp_path / "a")])
+    bad = tmp_path / "bad_model"
+    shutil.copytree(checkpoint.TINY_MODEL_DIR, bad)
+    (bad / "model.safetensors").write_bytes((bad / "model.safetensors").read_bytes()[:200])
+    with pytest.raises(Exception):
+        R.main(SMALL + ["--model", str(bad), "--rounds", "0", "--out", str(tmp_path / "b")])
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_help_shows_the_tiny_validation_set_and_threads_is_a_flag(capsys, monkeypatch):
+    with pytest.raises(SystemExit):
+        R.main(["--model", "tiny", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: tiny_val)" in text and "--threads N" in text
+    seen = []
+    monkeypatch.setattr(R, "run", lambda cfg: seen.append((cfg.threads, torch.get_num_threads())))
+    before = torch.get_num_threads()
+    try:
+        R.main(SMALL + ["--threads", "2"])
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [(2, 2)]

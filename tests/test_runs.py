@@ -128,3 +128,37 @@ def test_a_full_disk_while_saving_leaves_no_half_checkpoint(tmp_path, monkeypatc
     assert e.value.errno == 28 and "model.safetensors" in e.value.filename
     assert list(tmp_path.iterdir()) == []  # no temporary directory left behind either
     time.sleep(0)
+
+
+def test_truncate_log_is_atomic(tmp_path, monkeypatch):
+    """A kill while --resume rewrites a log leaves the old log whole, never an empty or half one."""
+    log = tmp_path / "metrics.jsonl"
+    text = "".join(json.dumps(dict(step=s)) + "\n" for s in (1, 2, 3))
+    log.write_text(text)
+    real = type(log).write_text
+
+    def killed(self, data, *args, **kw):
+        real(self, data[:5], *args, **kw)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(type(log), "write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        runs.truncate_log(log, 2)
+    assert log.read_text() == text
+
+
+def test_a_full_disk_while_writing_final_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    import shutil
+    import cli
+    ckpt = tmp_path / "checkpoints" / "step_1"
+    checkpoint.save_model(checkpoint.load_model("tiny", device="cpu"), ckpt)
+
+    def full(src, dst, *args, **kw):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(shutil, "copyfile", full)
+    monkeypatch.setattr(shutil, "copy2", full)
+    with pytest.raises(OSError) as e:
+        runs.write_final(tmp_path, 1)
+    line = cli.error_line(e.value)
+    assert line is not None and "final" in line and "no space left on device" in line and "\n" not in line
+    assert not (tmp_path / "final").exists() and not (tmp_path / ".final.tmp").exists()
+    assert cli.error_line(shutil.Error([("a", "b/c", "[Errno 28] No space left on device")])).startswith("b/c: [Errno 28]")

@@ -604,3 +604,34 @@ def test_looped_generate_on_gpu_equals_the_cpu(tiny, gpu):
         assert [o.tokens for o in got] == [o.tokens for o in want], (kw, compile)
         flat = lambda out: torch.tensor([lp for o in out for lp in o.logprobs])  # noqa: E731
         torch.testing.assert_close(flat(got), flat(want), atol=1e-3, rtol=0)
+
+
+def poisoned(model, value, token=None):
+    """A copy of the model whose final norm weight holds `value`: every logit becomes non-finite (NaN weights, as
+    a diverged run or a broken config.json gives), or, with token, only that token's row of the head does."""
+    bad = copy.deepcopy(model)
+    with torch.no_grad():
+        if token is None:
+            bad.model.norm.weight[0] = value
+        else:
+            bad.lm_head.weight[token] = value
+    return bad
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("kw", [dict(temperature=0), dict(temperature=1.0), dict(temperature=0.7),
+                                dict(temperature=1.0, top_k=5), dict(temperature=1.0, top_p=0.9),
+                                dict(temperature=1.0, slots=2), dict(temperature=1.0, static=True, slots=2)],
+                         ids=["greedy", "t1", "t0.7", "top_k", "top_p", "slots", "static"])
+def test_non_finite_logits_are_a_clear_error(tiny, kw, value):
+    # before: `index 2 is out of bounds` from the inverse-CDF's gather (or, greedy, junk tokens with NaN log-probs)
+    bad = poisoned(tiny[0], value)
+    with pytest.raises(ValueError, match=r"^the model's logits are not finite \(NaN/inf\)"):
+        S.generate(bad, random_prompts([4, 6]), 5, seed=0, **kw)
+
+
+def test_inverse_cdf_of_nan_weights_stays_in_range():
+    w = torch.full((3, 64), float("nan"))
+    w[1] = 1.0  # a finite row beside them draws as before
+    tokens = S.inverse_cdf(w, torch.tensor([0.1, 0.5, 0.999], dtype=torch.float64))
+    assert tokens.tolist()[1] == 32 and all(0 <= t < 64 for t in tokens.tolist())

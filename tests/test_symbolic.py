@@ -86,3 +86,25 @@ def test_stuck_worker_is_killed(tmp_path, monkeypatch):
         with pytest.raises(ProcessLookupError):  # killed and reaped: not even a zombie
             os.kill(pid, 0)
     assert symbolic.equal('expr', 'x+1', '1+x', 1e-4, symbolic.check_clock() + 30)
+
+
+def test_a_worker_stuck_in_c_code_is_replaced_by_a_warm_spare(tmp_path, monkeypatch):
+    """A worker that ignores its limit (stuck in C code: here sleeping) is killed KILL_GRACE past it; from the first
+    kill on a warm spare takes over, so a run of such answers costs each check its limit, not a restart too."""
+    pids = tmp_path / 'pids'
+    script = (f"import os, sys, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(0.4); "
+              "print('ready', flush=True); sys.stdin.readline(); time.sleep(60)")
+    symbolic._stop_worker()
+    monkeypatch.setattr(symbolic, '_WORKER_CMD', [sys.executable, '-c', script])
+    walls = []
+    for _ in range(4):
+        start = time.monotonic()
+        assert not symbolic.equal('expr', 'x+1', '1+x', 1e-4, symbolic.check_clock() + 0.6)
+        walls.append(time.monotonic() - start)
+    symbolic._stop_worker()
+    monkeypatch.undo()
+    assert all(w < 0.6 + symbolic.KILL_GRACE + 0.2 for w in walls[2:]), walls  # the first kill's replacement starts cold
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):  # every worker and spare killed and reaped
+            os.kill(pid, 0)
+    assert symbolic.equal('expr', 'x+1', '1+x', 1e-4, symbolic.check_clock() + 30)

@@ -1,6 +1,7 @@
 """The embedded tiny world: task generator, splits, tokenizer, pretraining, and the committed files."""
 
 import hashlib
+import os
 import json
 import random
 import re
@@ -446,3 +447,97 @@ def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_bu
     joined = load_problems("tiny_ladder_val+tiny_ladder_far_val")  # a pool of names joined by +
     assert [r["id"] for r in joined] == [r["id"] for r in load_problems("tiny_ladder_val") + far["ladder_far_val"]]
     assert len(load_problems("tiny_ladder_val+tiny_ladder_far_val", limit=510)) == 510
+
+
+# -----------------------------------------------------------------------------
+# --out: tiny.py replaces it whole, so it writes only where nothing but its own checkpoint would be lost
+
+
+def run_tiny(argv):
+    """tiny.py's exit status and stderr, as a user sees them."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "tiny.py", "--threads", "1", "--steps", "2", *map(str, argv)],
+                       cwd=checkpoint.REPO_DIR, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return r.returncode, r.stderr
+
+
+def tree(path):
+    return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_out_holding_other_files_is_refused_and_nothing_is_written(tmp_path, force):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("keep\n")
+    run = tmp_path / "run"  # a training run, with its final model
+    (run / "final").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (run / "final" / name).write_bytes((checkpoint.TINY_MODEL_DIR / name).read_bytes())
+    (tmp_path / "afile").write_text("keep\n")
+    model_plus = tmp_path / "model_plus"  # a tiny.py checkpoint with a user's file beside it
+    model_plus.mkdir()
+    for name in tiny.TINY_FILES:
+        (model_plus / name).write_bytes((checkpoint.TINY_MODEL_DIR / name).read_bytes())
+    (model_plus / "README.md").write_text("my notes\n")
+    before = tree(tmp_path)
+    cases = {notes: "notes.txt", run: "train_rl.py run", run / "final": "not a tiny.py checkpoint",
+             tmp_path / "afile": "is a file", model_plus: "README.md"}
+    for out, words in cases.items():
+        code, err = run_tiny(["--out", out, "--data-dir", tmp_path / "data"] + ["--force"] * force)
+        assert code == 2, err
+        assert err.strip().count("\n") == 0 and err.startswith("tiny.py: error: --out") and words in err, err
+    code, err = run_tiny(["--out", tmp_path / "new", "--data-dir", tmp_path / "new" / "data"])  # data inside --out
+    assert code == 2 and "--data-dir" in err, err
+    assert tree(tmp_path) == before  # nothing deleted, renamed, or written (no data files either)
+
+
+def test_read_only_out_is_refused(tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir()
+    for name in tiny.TINY_FILES:  # even a tiny.py checkpoint, with --force
+        (out / name).write_bytes((checkpoint.TINY_MODEL_DIR / name).read_bytes())
+    out.chmod(0o555)
+    try:
+        with pytest.raises(FileExistsError, match="read-only"):
+            tiny.check_out(tiny.TinyConfig(force=True), out, tmp_path / "data")
+    finally:
+        out.chmod(0o755)
+
+
+def test_force_rebuilds_a_tiny_checkpoint_only(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    for name in tiny.TINY_FILES:
+        (out / name).write_bytes((checkpoint.TINY_MODEL_DIR / name).read_bytes())
+    with pytest.raises(FileExistsError, match="pass --force"):
+        tiny.check_out(tiny.TinyConfig(), out, tmp_path / "data")
+    tiny.check_out(tiny.TinyConfig(force=True), out, tmp_path / "data")  # allowed: it is tiny.py's own
+    tiny.check_out(tiny.TinyConfig(), tmp_path / "empty_or_new", tmp_path / "data")
+
+
+def test_bad_init_weights_fail_before_any_file_is_written(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (bad / name).write_bytes((checkpoint.TINY_MODEL_DIR / name).read_bytes())
+    (bad / "model.safetensors").write_bytes((checkpoint.TINY_MODEL_DIR / "model.safetensors").read_bytes()[:5000])
+    code, err = run_tiny(["--init", bad, "--out", tmp_path / "out", "--data-dir", tmp_path / "data"])
+    assert code == 2 and "model.safetensors" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
+
+
+def test_save_model_leaves_a_file_and_a_users_old_folder_alone(tmp_path):
+    net = checkpoint.load_model("tiny", device="cpu")
+    (tmp_path / "m").write_text("keep\n")
+    with pytest.raises(FileExistsError, match="is a file"):
+        checkpoint.save_model(net, tmp_path / "m")
+    assert (tmp_path / "m").read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    (tmp_path / "d.old").mkdir()
+    (tmp_path / "d.old" / "notes.txt").write_text("keep\n")
+    checkpoint.save_model(net, tmp_path / "d")
+    checkpoint.save_model(net, tmp_path / "d")  # replaces the first
+    assert (tmp_path / "d.old" / "notes.txt").read_text() == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "d.old", "m"]

@@ -533,3 +533,160 @@ def test_keep_checkpoints_keeps_the_newest_and_a_torn_log_line_resumes(run_setup
     steady = lambda p: [{k: v for k, v in json.loads(x).items() if "second" not in k}  # noqa: E731
                         for x in (p / "metrics.jsonl").read_text().splitlines()]
     assert steady(split) == steady(straight)
+
+
+# -----------------------------------------------------------------------------
+# Interrupts and resume (issue #55): a Ctrl-C or SIGTERM at any moment, then --resume, gives the straight run
+
+
+def steady_logs(run):
+    """metrics.jsonl without wall-clock fields, and samples.jsonl."""
+    metrics = [{k: v for k, v in json.loads(x).items() if "second" not in k}
+               for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return metrics, (run / "samples.jsonl").read_text()
+
+
+def ctrl_c():
+    import signal
+    signal.raise_signal(signal.SIGINT)  # a real Ctrl-C: its handler decides where the KeyboardInterrupt lands
+
+
+@pytest.mark.parametrize("moment", ["validation", "samples_log", "periodic_save", "after_update_in_step"])
+def test_ctrl_c_after_an_update_saves_it_under_its_own_step_and_resumes_exactly(run_setup, tmp_path, monkeypatch,
+                                                                                moment):
+    """Ctrl-C once step 2's update is in the weights (during its validation, its log lines, its periodic save, or
+    still inside rl_step after the optimizer step): the checkpoint is step_2 holding exactly the straight run's
+    step-2 weights, and --resume ends bit-identical to the straight run, logs included."""
+    kw = dict(steps=4, save_every=2, eval_every=2, val_size=2, samples_per_step=2)
+    straight = T.train(run_setup(out=str(tmp_path / "straight"), **kw))
+    calls = dict(n=0)
+
+    def once(real, when):
+        def wrapped(*args, **kwargs):
+            calls["n"] += 1
+            out = real(*args, **kwargs)
+            if when(args, kwargs, calls["n"]):
+                ctrl_c()
+            return out
+        return wrapped
+    originals = [(T, "evaluate_accuracy", T.evaluate_accuracy), (runs, "append_jsonl", runs.append_jsonl),
+                 (runs, "save_checkpoint", runs.save_checkpoint), (T, "step_metrics", T.step_metrics)]
+    if moment == "validation":
+        monkeypatch.setattr(T, "evaluate_accuracy", once(T.evaluate_accuracy, lambda a, k, n: "step 2" in a[4]))
+    elif moment == "samples_log":  # metrics line written, the samples lines not yet all
+        monkeypatch.setattr(runs, "append_jsonl", once(runs.append_jsonl, lambda a, k, n: a[1].get("step") == 2
+                                                       and "response" in a[1]))
+    elif moment == "periodic_save":
+        monkeypatch.setattr(runs, "save_checkpoint", once(runs.save_checkpoint, lambda a, k, n: n == 1))
+    else:  # the update is applied; the step's metrics are still being computed
+        monkeypatch.setattr(T, "step_metrics", once(T.step_metrics, lambda a, k, n: a[8] == 1))
+    with pytest.raises(KeyboardInterrupt):
+        T.train(run_setup(out=str(tmp_path / "cut"), **kw))
+    for module, name, real in originals:
+        monkeypatch.setattr(module, name, real)
+    cut = tmp_path / "cut"
+    assert runs.checkpoint_steps(cut) == [2]
+    assert (cut / "checkpoints/step_2/model.safetensors").read_bytes() == \
+        (straight / "checkpoints/step_2/model.safetensors").read_bytes()  # labelled by the update it holds
+    T.train(run_setup(out=str(cut), resume=True, **kw))
+    assert (cut / "final/model.safetensors").read_bytes() == (straight / "final/model.safetensors").read_bytes()
+    assert steady_logs(cut) == steady_logs(straight)
+
+
+def test_ctrl_c_before_the_update_puts_the_pass_rate_table_back(run_setup, tmp_path, monkeypatch):
+    """With the pass-rate curriculum a step changes the data state before its update: cut short there, the
+    step is redone from the state before it."""
+    kw = dict(steps=3, select="pass_rate")
+    straight = T.train(run_setup(out=str(tmp_path / "straight"), save_every=1, **kw))
+    real, calls = T.policy_update, []
+
+    def cut(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # step 2, its rollouts drawn and the table updated, the update not begun
+            ctrl_c()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(T, "policy_update", cut)
+    with pytest.raises(KeyboardInterrupt):
+        T.train(run_setup(out=str(tmp_path / "cut"), **kw))
+    monkeypatch.setattr(T, "policy_update", real)
+    assert runs.checkpoint_steps(tmp_path / "cut") == [1]
+    saved = lambda run: json.loads((run / "checkpoints/step_1/selection.json").read_text())  # noqa: E731
+    assert saved(tmp_path / "cut") == saved(straight)  # the table after step 1, not after half of step 2
+    T.train(run_setup(out=str(tmp_path / "cut"), resume=True, **kw))
+    assert (tmp_path / "cut/final/model.safetensors").read_bytes() == (straight / "final/model.safetensors").read_bytes()
+    assert steady_logs(tmp_path / "cut") == steady_logs(straight)
+
+
+def test_resume_with_fewer_steps_than_done_is_refused_before_writing(run_setup, tmp_path):
+    run = T.train(run_setup(steps=2))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != runs.LOCK}
+    with pytest.raises(ValueError, match=r"--steps 1: the run in .*run is at step 2 already; pass --steps 2 or more"):
+        T.train(run_setup(steps=1, resume=True))
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != runs.LOCK} == before
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(run_setup, tmp_path, capsys):
+    straight = T.train(run_setup(steps=4, save_every=1, out=str(tmp_path / "straight")))
+    run = T.train(run_setup(steps=3, save_every=1, out=str(tmp_path / "split")))
+    state = run / "checkpoints/step_3/trainer_state.safetensors"
+    state.write_bytes(state.read_bytes()[:-100])  # a truncated copy, a disk fault
+    T.train(run_setup(steps=4, save_every=1, out=str(run), resume=True))
+    assert "trainer_state.safetensors: cannot be read" in capsys.readouterr().err
+    assert (run / "final/model.safetensors").read_bytes() == (straight / "final/model.safetensors").read_bytes()
+    assert steady_logs(run) == steady_logs(straight) and (run / "checkpoints/step_3.damaged").is_dir()
+
+
+def test_a_damaged_only_checkpoint_is_one_error_naming_the_file(run_setup, tmp_path):
+    run = T.train(run_setup(steps=2))
+    state = run / "checkpoints/step_2/trainer_state.safetensors"
+    state.write_bytes(state.read_bytes()[:40])
+    with pytest.raises(ValueError, match=r"step_2/trainer_state.safetensors: cannot be read .* no earlier checkpoint"):
+        T.train(run_setup(steps=3, resume=True))
+    state.unlink()
+    T.train(run_setup(steps=2, out=str(tmp_path / "again")))
+    (tmp_path / "again/checkpoints/step_2/trainer_state.json").write_text('{"step": ')
+    with pytest.raises(ValueError, match=r"step_2/trainer_state.json: cannot be read"):
+        T.train(run_setup(steps=3, out=str(tmp_path / "again"), resume=True))
+
+
+def test_a_failed_start_writes_nothing(run_setup, tmp_path, char_model_dir):
+    import shutil
+    bad = tmp_path / "bad_model"
+    shutil.copytree(char_model_dir, bad)
+    weights_file = bad / "model.safetensors"
+    weights_file.write_bytes(weights_file.read_bytes()[:200])
+    with pytest.raises(Exception):
+        T.train(run_setup(model=str(bad)))
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_a_finished_run_adds_no_second_test_row(run_setup, tmp_path):
+    run = T.train(run_setup(steps=2, test_dataset=run_setup().dataset))
+    first = steady_logs(run)
+    assert [r["step"] for r in first[0] if "test_accuracy" in r] == [0, 2]
+    T.train(run_setup(steps=2, test_dataset=run_setup().dataset, resume=True))
+    assert steady_logs(run) == first
+
+
+def test_final_and_checkpoints_get_the_umask_permissions(run_setup):
+    import os
+    old = os.umask(0o022)
+    try:
+        run = T.train(run_setup(steps=1))
+    finally:
+        os.umask(old)
+    for d in (run / "final", run / "checkpoints/step_1"):
+        assert d.stat().st_mode & 0o777 == 0o755, d
+
+
+def test_weights_gone_non_finite_end_the_run_naming_the_step(run_setup, monkeypatch):
+    real = T.policy_update
+
+    def poisoned(policy, *args, **kw):
+        stats = real(policy, *args, **kw)
+        with torch.no_grad():
+            next(policy.parameters()).fill_(float("nan"))
+        return stats
+    monkeypatch.setattr(T, "policy_update", poisoned)
+    with pytest.raises(ValueError, match="step 1: the update made the weights non-finite"):
+        T.train(run_setup(steps=2))

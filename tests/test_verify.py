@@ -419,3 +419,18 @@ def test_chain_refuses_what_is_not_a_tiny_expression(problem):
         verify.operations(problem)
     with pytest.raises(ValueError, match='--grader steps'):
         verify.chain(problem)
+
+
+def test_pathological_answers_cost_at_most_the_limit_in_wall_time(warm_worker):
+    # back to back, no warm-up between: a check past its limit used to cost the next one a worker restart (the
+    # sympy import, ~1.2 s, not counted against the limit): 2.0 s answers took ~3.2 s each
+    slow = ('(a+b+c+d)^{40}(a-b)', '(a+b+c+d)^{40}a-(a+b+c+d)^{40}b')  # equal, but sympy's proof takes many seconds
+    cases = [slow, slow, ('10^{10^{10^{10}}}', '5'), ('\\frac{1}{' * 300 + '2' + '}' * 300, '2'),
+             ('1+' * 50_000 + '1', '2'), ('x^{10^{9}}+1', 'x^{10^{9}}'), slow]
+    before, waited = verify.ERRORS['timeout'], symbolic._STARTUP_SECONDS[0]
+    for pred, ref in cases:
+        start = time.monotonic()
+        assert not is_equivalent(pred, ref, timeout=LIMIT)
+        assert time.monotonic() - start < LIMIT + 0.4, pred[:40]
+    assert verify.ERRORS['timeout'] == before + 3
+    assert symbolic._STARTUP_SECONDS[0] == waited  # no check waited for a restarted worker

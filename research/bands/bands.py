@@ -228,6 +228,7 @@ def read_bands(path):
     for lineno, row in P.read_jsonl(path):
         if "id" not in row or row.get("band") not in BANDS:
             raise ValueError(f"{path}:{lineno}: not a bands row (needs 'id' and 'band' in {', '.join(BANDS)})")
+        P.check_id(path, lineno, row)
         if has_counts(row) and not (isinstance(row["k"], int) and isinstance(row["n_correct"], int)
                                     and 0 <= row["n_correct"] <= row["k"] and band(row["n_correct"], row["k"])
                                     == row["band"]):
@@ -394,8 +395,8 @@ data_arg, bands_arg, heldout_arg, run_arg = map(cli.arg_group, ('model and data'
 class BandsConfig:
     HELP_GROUPS = ('model and data', 'bands', 'held-out split', 'run')
     dataset: list[str] = data_arg(None, f"a data set ({', '.join(P.DATASETS)}) or a .jsonl path; repeat for a "
-                                   f"pool of several", action="append", required=True)
-    out: str = run_arg(None, "output directory (resumed when it holds a run of the same settings)", required=True)
+                                   f"pool of several (required)", action="append")
+    out: str = run_arg(None, "output directory, resumed when it holds a run of the same settings (required)")
     model: str = data_arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, `tiny`, or a Hugging Face repo id")
     k: int = bands_arg(8, "samples per problem (the group size G the bands are for)", aliases=("-k",))
     temperature: float = bands_arg(1.0, "sampling temperature (> 0)")
@@ -414,6 +415,8 @@ class BandsConfig:
     dtype: str | None = run_arg(None, "weights dtype (default bfloat16 on GPU, float32 on CPU)",
                                 choices=("float32", "bfloat16", "float16"))
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
+    threads: int = run_arg(0, "torch CPU threads (0: one per core); on a machine another job keeps busy, 1 is faster "
+                              "(benchmarks/bench_threads.py)", range="[0, inf)")
     grader: str = data_arg("answer", "answer: verify.grade; steps: the tiny ladder's rule (verify.check_steps)",
                            choices=verify.GRADERS)
     dispersion: bool = bands_arg(True, "each problem's dispersion: the mean pairwise cosine distance of its k "
@@ -438,6 +441,9 @@ def flag_defaults(first):
 def check_config(cfg):
     """Refuse flag values that cannot run, naming the flag."""
     cli.check_fields(cfg)
+    missing = [cli.flag(name) for name in ("dataset", "out") if not getattr(cfg, name)]
+    if missing:  # checked here, not by argparse, so that --help works without them
+        raise ValueError(f"the following arguments are required: {', '.join(missing)}")
     cli.check_device(cfg.device)
     if cfg.k < 2:
         raise ValueError(f"-k must be at least 2 (with one sample no problem can be mixed), got {cfg.k}")
@@ -460,7 +466,10 @@ def run(cfg):
     runs.check_out(cfg.out, "bands", resume=True)
     device = cfg.device or M.default_device()
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else M.default_dtype(device)
+    runs.set_threads(cfg.threads, device)
     net, tokenizer = checkpoint.load_model(cfg.model, dtype=dtype, device=device), checkpoint.load_tokenizer(cfg.model)
+    P.check_prompts_fit([("+".join(cfg.dataset), problems)], tokenizer, cfg.template, cfg.max_new_tokens,
+                        net.config.max_position_embeddings)  # a long or unencodable problem, named, before --out
     runs.claim(cfg.out, "bands", resume=True)  # held until this process ends
     t0 = time.time()
     records, evaluation = E.evaluate(net, tokenizer, problems, cfg.max_new_tokens, cfg.batch_size, cfg.template,
@@ -505,6 +514,7 @@ def main(argv=None):
     cfg = cli.parse_config(BandsConfig, argv, "Bands of a problem pool (module docstring); `bands.py compare A B` "
                            "tabulates two runs, `bands.py table -k G` prints P(mixed).",
                            defaults=flag_defaults)
+    check_config(cfg)  # a missing --dataset or --out, before the settings are printed
     print(f"bands: {cfg}", file=sys.stderr)
     summary = run(cfg)
     print(format_bands(summary, cfg.out))

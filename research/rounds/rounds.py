@@ -86,7 +86,7 @@ class RoundsConfig:
     subject: str = data_arg("", "keep only problems of this subject ('' keeps all)")
     num_problems: int = data_arg(500, "the first N problems of the pool deliberate each round (0: all)",
                                  range="[0, inf)")
-    val_dataset: str = data_arg("", "validation set (default: carved from the pool, --val-size problems)")
+    val_dataset: str = data_arg("", "validation set ('': carved from the pool, --val-size problems)")
     val_size: int = data_arg(200, "validation problems carved from the pool when --val-dataset is not given",
                              range="[0, inf)")
     val_limit: int = data_arg(0, "evaluate only the first N validation problems (0: all)", range="[0, inf)")
@@ -147,7 +147,10 @@ class RoundsConfig:
     eval_samples: int = run_arg(0, "k of the deliberate evaluation (majority vote, pass@k; 0: --samples)",
                                 range="[0, inf)")
     eval_batch_size: int = run_arg(64, "problems per generate call", range="[1, inf)")
-    seed: int = run_arg(0, "seed of deliberation sampling, distillation order and the deliberate evaluation")
+    seed: int = run_arg(0, "seed of deliberation sampling, distillation order and the deliberate evaluation",
+                        range="[0, 4294967295]")
+    threads: int = run_arg(1, "torch CPU threads, as train_rl.py's --threads (0: one per core); the count moves float "
+                              "rounding, so a resume keeps it", range="[0, inf)")
     device: str = run_arg("", "cuda or cpu (default: cuda when available)")
     out: str = run_arg("runs/rounds", "run directory")
     resume: bool = run_arg(False, "continue the run in --out: complete rounds are kept, an incomplete one redone")
@@ -180,6 +183,11 @@ def check_config(cfg):
         raise ValueError(f"--fresh takes the round's block of --num-problems problems: it needs --num-problems > 0 "
                          f"and no --frontier, got --num-problems {cfg.num_problems} --frontier {cfg.frontier}")
     cli.check_device(cfg.device)
+    if cfg.rl_steps:  # the RL phase's settings, checked now rather than after round 0 is written
+        try:
+            T.check_config(rl_config(cfg, Path(cfg.out) / "round_1", 1, cfg.dataset, cfg.num_problems))
+        except ValueError as e:
+            raise ValueError(f"the RL phase (--rl-steps {cfg.rl_steps}): {rl_flags(str(e))}") from None
     if (cfg.eval_samples or cfg.samples) < 2:
         raise ValueError(f"--eval-samples {cfg.eval_samples} (0: --samples {cfg.samples}) must be >= 2: the deliberate "
                          f"mode votes over k samples")
@@ -462,19 +470,34 @@ def rl_phase(cfg, round_dir, r, pool):
         dataset, n = str(round_dir / "rl_pool.jsonl"), 0
         round_dir.mkdir(parents=True, exist_ok=True)
         write_jsonl(dataset, pool)
-    rcfg = T.Config(model=str(round_dir / "distilled"), dataset=dataset, subject=cfg.subject,
-                    num_problems=n, val_dataset=cfg.val_dataset, val_size=cfg.val_size, test_dataset="",
-                    template=cfg.template, objective="drgrpo", steps=cfg.rl_steps,
-                    problems_per_step=cfg.rl_problems_per_step, group_size=cfg.rl_group_size,
-                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, grader=cfg.grader, lr=cfg.rl_lr,
-                    save_every=0, eval_every=0, seed=cfg.seed * 1_009 + r, device=cfg.device, out=str(run),
-                    resume=(run / "metrics.jsonl").exists() and any((run / "checkpoints").glob("step_*")))
+    rcfg = rl_config(cfg, round_dir, r, dataset, n)
     if not rcfg.resume:
         shutil.rmtree(run, ignore_errors=True)
     T.train(rcfg)
     last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()][-1]
     return run / "final", dict(rl_steps=cfg.rl_steps, rl_generated_tokens=last.get("generated_tokens", 0),
                                rl_training_tokens=last.get("training_tokens", 0), rl_flops=last.get("flops", 0.0))
+
+
+def rl_config(cfg, round_dir, r, dataset, n):
+    """train_rl's Config of round r's RL phase (its run in round_dir/rl)."""
+    run = round_dir / "rl"
+    return T.Config(model=str(round_dir / "distilled"), dataset=dataset, subject=cfg.subject,
+                    num_problems=n, val_dataset=cfg.val_dataset, val_size=cfg.val_size, test_dataset="",
+                    template=cfg.template, objective="drgrpo", steps=cfg.rl_steps,
+                    problems_per_step=cfg.rl_problems_per_step, group_size=cfg.rl_group_size,
+                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, grader=cfg.grader, lr=cfg.rl_lr,
+                    save_every=0, eval_every=0, seed=(cfg.seed * 1_009 + r) % 2**32, device=cfg.device,
+                    threads=cfg.threads, out=str(run),
+                    resume=(run / "metrics.jsonl").exists() and any((run / "checkpoints").glob("step_*")))
+
+
+def rl_flags(message):
+    """train_rl's flags in a message, spelled as this script's --rl-* flags."""
+    for theirs, ours in (("--group-size", "--rl-group-size"), ("--problems-per-step", "--rl-problems-per-step"),
+                         ("--lr", "--rl-lr"), ("--steps", "--rl-steps")):
+        message = message.replace(theirs + " ", ours + " ")
+    return message
 
 
 # -----------------------------------------------------------------------------
@@ -557,7 +580,7 @@ def start_run(cfg, out):
     config_path = out / "config.json"
     if cfg.resume:
         runs.check_out(out, "rounds", resume=True)
-        runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE)
+        runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE, RoundsConfig)
     runs.claim(out, "rounds", resume=cfg.resume)  # held until this process ends
     runs.write_json(config_path, dict(dataclasses.asdict(cfg), code_version=runs.code_version()))
     return runs.read_log(out / "rounds.jsonl", repair=True)
@@ -661,13 +684,15 @@ def run(cfg):
     context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)).max_position_embeddings
     P.check_prompts_fit(zip((cfg.dataset, cfg.val_dataset or "validation", cfg.test_dataset), pools), tokenizer,
                         cfg.template, max(cfg.max_new_tokens, cfg.slow_max_new_tokens), context)
-    rows = start_run(cfg, out)
     device = cfg.device or M.default_device()
     torch.manual_seed(cfg.seed)
+    pi_0 = None if cfg.resume else checkpoint.load_model(cfg.model, dtype=torch.float32, device=device)  # bad
+    rows = start_run(cfg, out)  # weights fail before --out is claimed
     print(json.dumps(dataclasses.asdict(cfg)))
     print(f"rounds: {len(pools[0])} training problems ({cfg.dataset}), validation {len(pools[1])}, device {device}")
     if not rows:
-        save_policy(checkpoint.load_model(cfg.model, dtype=torch.float32, device=device), out / "round_0", tokenizer)
+        save_policy(pi_0 if pi_0 is not None else checkpoint.load_model(cfg.model, dtype=torch.float32, device=device), out / "round_0",
+                    tokenizer)
         rows.append(finish_row(dict(round=0), 0, cfg, out, pools[1], tokenizer, device, rows, time.time()))
     for r in range(len(rows), cfg.rounds + 1):
         rows.append(run_round(r, cfg, out, pools[:2], tokenizer, device, rows))
@@ -697,9 +722,10 @@ def retire_test(out, last):
 
 
 def main(argv=None):
-    torch.set_num_threads(int(os.environ.get("ROUNDS_THREADS", "1")))
-    return run(cli.parse_config(RoundsConfig, argv, __doc__.split("\n\n")[0], defaults=flag_defaults,
-                                prog="rounds.py"))
+    cfg = cli.parse_config(RoundsConfig, argv, __doc__.split("\n\n")[0], defaults=flag_defaults, prog="rounds.py")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return run(cfg)
 
 
 if __name__ == "__main__":
