@@ -34,6 +34,9 @@ DATASETS = {
     "tiny_ladder_far_train": "tiny_ladder_far_train.jsonl",  # the far rungs, 7-8 operations: no solution ever shown
     "tiny_ladder_far_val": "tiny_ladder_far_val.jsonl",
     "tiny_ladder_far_test": "tiny_ladder_far_test.jsonl",
+    "tiny_ladder_far2_train": "tiny_ladder_far2_train.jsonl",  # the next far rungs, 9-10 operations, likewise
+    "tiny_ladder_far2_val": "tiny_ladder_far2_val.jsonl",
+    "tiny_ladder_far2_test": "tiny_ladder_far2_test.jsonl",
 }
 HELD_OUT = "math500"
 

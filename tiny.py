@@ -29,6 +29,8 @@ over a wider answer range because that would also change every step's arithmetic
 sample, and at rungs 4-6 every right answer of the committed checkpoint is such a guess (research/ladder/ladder.py
 reach). Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed
 checkpoint's exploration never finds a step-valid chain above rung 3 (research/ladder/README.md says why).
+The far rungs, questions and answers only, each family from its own stream: 7-8 (tiny_ladder_far_*) and 9-10
+(tiny_ladder_far2_*, added later; a 10-line chain needs FAR2_MAX_NEW_TOKENS = 160, the 7-8 files stayed as they were).
 
 Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
 bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
@@ -93,6 +95,9 @@ LADDER_MAX_NEW_TOKENS = 128  # a 6-operation solution is ~90 tokens; prompt + bu
 LADDER_SIZES = {"test": 200, "val": 100, "train": 2000}  # problems per rung, generated in this order
 FAR_LEVELS = (7, 8)  # rungs no checkpoint was shown a solution of: questions and answers only (tiny_ladder_far_*)
 FAR_SIZES = {"test": 200, "val": 100, "train": 1000}  # problems per rung; an 8-line chain is <= 117 tokens: budget 128
+FAR2_LEVELS = (9, 10)  # the next far rungs (tiny_ladder_far2_*), added later from their own stream: the files above stay
+FAR2_SIZES = {"test": 200, "val": 100, "train": 2000}  # 2,000 fresh problems a rung for System 2 to label
+FAR2_MAX_NEW_TOKENS = 160  # a 10-line chain is <= 143 tokens (20,000 drawn); prompt + budget stay well inside 512
 
 
 def make_problem(rng, n_ops):
@@ -161,14 +166,14 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS, stream=Non
     return splits
 
 
-def make_far(seed, exclude):
-    """The far rungs' splits {"ladder_far_" + name: rows} at FAR_LEVELS, as make_ladder builds its own, from their own
-    random stream, texts absent from `exclude`. Nothing ever trains on their worked solutions: a policy that solves
-    one has learnt a rung no checkpoint was shown."""
-    rows = make_ladder(seed, FAR_SIZES, exclude, FAR_LEVELS, stream=f"far-{seed}")
-    return {name.replace("ladder_", "ladder_far_"): [
-        {**{k: v for k, v in r.items() if k != "solution"}, "id": r["id"].replace("tiny_ladder_", "tiny_ladder_far_"),
-         "source": "tiny_ladder_far"} for r in split] for name, split in rows.items()}
+def make_far(seed, exclude, family="far", levels=FAR_LEVELS, sizes=FAR_SIZES):
+    """The far rungs' splits {"ladder_far_" + name: rows} at FAR_LEVELS (family "far2": FAR2_LEVELS), as make_ladder
+    builds its own, from the family's own random stream, texts absent from `exclude`. Questions and answers only:
+    a policy that solves one has learnt a rung no checkpoint was shown a solution of."""
+    rows = make_ladder(seed, sizes, exclude, levels, stream=f"{family}-{seed}")
+    return {name.replace("ladder_", f"ladder_{family}_"): [
+        {**{k: v for k, v in r.items() if k != "solution"}, "source": f"tiny_ladder_{family}",
+         "id": r["id"].replace("tiny_ladder_", f"tiny_ladder_{family}_")} for r in split] for name, split in rows.items()}
 
 
 def make_long(seed, levels, exclude, n=5000):
@@ -508,6 +513,8 @@ def main(argv=None):
     splits = make_splits(cfg.seed)
     ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
     ladder.update(make_far(cfg.seed, exclude={r["problem"] for rows in {**splits, **ladder}.values() for r in rows}))
+    ladder.update(make_far(cfg.seed, {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}, "far2",
+                           FAR2_LEVELS, FAR2_SIZES))
     check_overwrites(cfg, out, data_dir, {**splits, **ladder})
     init = load_init(cfg.init) if cfg.init and not cfg.data_only else None  # a bad --init fails before any write
     print(json.dumps(asdict(cfg), indent=2))

@@ -444,6 +444,19 @@ def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_bu
             solution = "\n".join(lines + [f"\\boxed{{{value}}}"])
             assert str(value) == r["answer"] and verify.check_steps(solution, r["problem"], r["answer"])
             assert len(tok.encode("\n" + solution)) + 1 <= tiny.LADDER_MAX_NEW_TOKENS
+    far2 = tiny.make_far(SEED, seen | {r["problem"] for rows in far.values() for r in rows}, "far2", tiny.FAR2_LEVELS,
+                         tiny.FAR2_SIZES)  # rungs 9-10: added later, from their own stream, nothing above changed
+    assert set(far2) == {"ladder_far2_train", "ladder_far2_val", "ladder_far2_test"}
+    for name, rows in far2.items():
+        committed = [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
+        assert committed == rows and all("solution" not in r for r in rows)
+        assert [r["level"] for r in rows[:4]] == [9, 10, 9, 10] and not {r["problem"] for r in rows} & seen
+        assert len(rows) == 2 * tiny.FAR2_SIZES[name.split("_")[-1]]
+        for r in rows[:50]:
+            lines, value = verify.chain(r["problem"])
+            assert len(lines) == r["level"] and str(value) == r["answer"]
+            solution = "\n".join(lines + [f"\\boxed{{{value}}}"])
+            assert len(tok.encode("\n" + solution)) + 1 <= tiny.FAR2_MAX_NEW_TOKENS
     joined = load_problems("tiny_ladder_val+tiny_ladder_far_val")  # a pool of names joined by +
     assert [r["id"] for r in joined] == [r["id"] for r in load_problems("tiny_ladder_val") + far["ladder_far_val"]]
     assert len(load_problems("tiny_ladder_val+tiny_ladder_far_val", limit=510)) == 510
