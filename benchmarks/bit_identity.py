@@ -45,10 +45,12 @@ def jobs(objectives):
 
 
 def canonical(path):
-    """A file's bytes, JSONL rows without their timing fields (seconds, tokens per second, wall clock)."""
+    """A file's bytes; JSON and JSONL without their timing fields (seconds, tokens per second, wall clock)."""
+    timing = ("seconds", "per_second", "time", "time_s", "elapsed")
+    if path.suffix == ".json":
+        return json.dumps(drop_keys(json.loads(path.read_text()), timing), sort_keys=True).encode()
     if path.suffix != ".jsonl":
         return path.read_bytes()
-    timing = ("seconds", "per_second", "time", "elapsed")
     rows = []
     for line in path.read_text().splitlines():
         row = json.loads(line)
