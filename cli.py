@@ -179,12 +179,13 @@ def run_main(main, prog):
     """Run a command-line main: expected errors end the program with one `prog: error: ...` line (exit 2, as
     argparse's own errors); Ctrl-C and SIGTERM run what the script saves on an interrupt, then exit with status
     130 (Ctrl-C) or 143 (SIGTERM), 128 + the signal's number as a shell reports it."""
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, raise_terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    interrupted = False
     try:
         return main()
     except KeyboardInterrupt as e:
-        for s in (signal.SIGINT, signal.SIGTERM):  # another one now would end us by the signal, not this status
+        interrupted = True  # from here to the process's end (atexit included) another signal changes nothing
+        for s in (signal.SIGINT, signal.SIGTERM):  # or it would end us by the signal, not with this status
             signal.signal(s, signal.SIG_IGN)
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\n{prog}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
@@ -195,7 +196,6 @@ def run_main(main, prog):
             raise
         print(f"{prog}: error: {line}", file=sys.stderr)
         sys.exit(2)
-    finally:  # as the caller had them: a main run in-process (tests, research) leaves no signal ignored
-        for s, handler in previous.items():
-            if handler is not None:
-                signal.signal(s, handler)
+    finally:  # SIGTERM as the caller had it, unless we are exiting on an interrupt
+        if not interrupted and previous is not None:
+            signal.signal(signal.SIGTERM, previous)

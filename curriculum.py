@@ -1,7 +1,8 @@
 """
-Which problems a step draws, and which rollouts it learns from: a pass-rate curriculum and a replay buffer of
-the policy's own rare successes (train_rl.py --select pass_rate, --replay-fraction F); and the reward controls
-every claimed gain is set beside (--reward random, format). The study that measures them: research/exploration/.
+Which problems a step draws, and which rollouts it learns from: a pass-rate curriculum, a replay buffer of the
+policy's own rare successes and DAPO's dynamic sampling (train_rl.py --select pass_rate, --replay-fraction F,
+--dynamic-sampling). train_rl.draw_rollouts calls each by name: choose_problems, replay, keep_mixed,
+update_selection. The study that measures them: research/exploration/.
 
 Pass-rate curriculum (--select pass_rate; the default, uniform, draws each epoch's permutation):
 - A table of attempts and successes per training problem, updated from every group the step samples.
@@ -19,11 +20,12 @@ Replay (--replay-fraction F; ExGRPO, Zhan et al. 2025; RePO, Li et al. 2025):
   with; a problem's entries leave once a fresh group solves it more often than that.
 - Up to round(F * groups) of a step's groups whose problem has an entry get its newest entry in place of one
   fresh wrong sample, groups with no fresh success first: a group that would be all wrong, and give no
-  gradient, now has one success to learn from. The replayed rollout's PPO ratio is taken against the
-  log-probs it was sampled with and clipped as every other ratio (train_rl.policy_update).
+  gradient, now has one success to learn from. The replayed rollout's behavior_logprobs are the log-probs it was
+  sampled with, so its PPO ratio is taken against them and clipped as every other ratio (update.old_logprobs).
 Both are deterministic given the seed, and both are saved with each checkpoint, so --resume is exact.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +34,6 @@ import cli
 
 arg = cli.arg_group("problem selection and replay")  # the flags below show under this in train_rl.py --help
 SELECTIONS = ("uniform", "pass_rate")
-REWARDS = ("verifier", "random", "format")  # the true reward, and the two controls (train_rl.py --reward)
 
 
 @dataclass
@@ -67,9 +68,9 @@ class PassRates:
         self.floor, self.skip_window = floor, skip_window
 
     def update(self, groups):
-        """Add each group's outcome: groups are lists of rollouts of one problem, each with 'pass' (bool)."""
+        """Add each group's outcome: groups are lists of rollouts of one problem (train_rl.Rollout: its `passed`)."""
         for g in groups:
-            i, wins = self.index[g[0]["problem"]["id"]], sum(r["pass"] for r in g)
+            i, wins = self.index[g[0].problem["id"]], sum(r.passed for r in g)
             self.attempts[i] += len(g)
             self.successes[i] += wins
             self.recent[i] = (self.recent[i] + [wins / len(g)])[-max(1, self.skip_window):]
@@ -123,7 +124,9 @@ class PassRates:
 class ReplayBuffer:
     """Right rollouts of rarely solved problems, oldest first; each entry keeps what the update needs."""
 
-    KEEP = ("prompt", "tokens", "sampler_logprobs", "text", "finish_reason", "reward", "correct", "pass", "boxed")
+    # the rollout fields an entry keeps, and their names in selection.json ("pass": as checkpoints always named it)
+    KEEP = dict(prompt="prompt", tokens="tokens", sampler_logprobs="sampler_logprobs", text="text",
+                finish_reason="finish_reason", reward="reward", correct="correct", passed="pass", boxed="boxed")
 
     def __init__(self, capacity=256, max_rate=0.25):
         self.capacity, self.max_rate, self.entries = capacity, max_rate, []
@@ -132,12 +135,12 @@ class ReplayBuffer:
         """One right rollout (the first) per group whose pass rate is in (0, max_rate]; a problem solved more
         often than that leaves the buffer. Oldest entries go first once the buffer is full."""
         for g in groups:
-            pid, rate = g[0]["problem"]["id"], sum(r["pass"] for r in g) / len(g)
+            pid, rate = g[0].problem["id"], sum(r.passed for r in g) / len(g)
             if rate > self.max_rate:
                 self.entries = [e for e in self.entries if e["id"] != pid]
             elif rate > 0:
-                first = next(r for r in g if r["pass"])
-                self.entries.append(dict(id=pid, step=step, **{k: first[k] for k in self.KEEP}))
+                first = next(r for r in g if r.passed)
+                self.entries.append(dict(id=pid, step=step, **{k: getattr(first, f) for f, k in self.KEEP.items()}))
         self.entries = self.entries[-self.capacity:] if self.capacity else []
 
     def newest(self, pid):
@@ -146,17 +149,17 @@ class ReplayBuffer:
     def apply(self, groups, fraction):
         """Put one replayed success in place of a fresh wrong sample in up to round(fraction * len(groups))
         groups whose problem has an entry, the groups with fewest fresh successes first (in place); returns
-        how many groups got one."""
+        how many groups got one. Its behavior_logprobs are those it was sampled with (update.old_logprobs)."""
         budget = round(fraction * len(groups))
-        candidates = [(sum(r["pass"] for r in g), j) for j, g in enumerate(groups)
-                      if self.newest(g[0]["problem"]["id"]) is not None and not all(r["pass"] for r in g)]
+        candidates = [(sum(r.passed for r in g), j) for j, g in enumerate(groups)
+                      if self.newest(g[0].problem["id"]) is not None and not all(r.passed for r in g)]
         chosen = [j for _, j in sorted(candidates)[:budget]]
         for j in chosen:
             g = groups[j]
-            entry = self.newest(g[0]["problem"]["id"])
-            last_wrong = max(i for i, r in enumerate(g) if not r["pass"])
-            g[last_wrong] = dict(problem=g[last_wrong]["problem"], replayed=True, replayed_from=entry["step"],
-                                 **{k: entry[k] for k in self.KEEP})
+            entry = self.newest(g[0].problem["id"])
+            last_wrong = max(i for i, r in enumerate(g) if not r.passed)
+            g[last_wrong] = dataclasses.replace(g[last_wrong], replayed=True, behavior_logprobs=entry["sampler_logprobs"],
+                                                **{f: entry[k] for f, k in self.KEEP.items()})
         return len(chosen)
 
     def state(self):
@@ -167,18 +170,34 @@ class ReplayBuffer:
 
 
 # -----------------------------------------------------------------------------
-# The reward controls (Shao et al. 2025, "Spurious Rewards: Rethinking Training Signals in RLVR")
+# The options as train_rl.draw_rollouts calls them (each a no-op when its flag is off)
 
 
-def control_pass(kind, rollout):
-    """What the learner is told is a success: the verifier's verdict, a fair coin seeded by the rollout's
-    sampling seed and index in its group (so runs repeat), or 'has a final boxed answer' whatever it says."""
-    if kind == "verifier":
-        return rollout["correct"]
-    if kind == "format":
-        return rollout["boxed"]
-    gen = torch.Generator().manual_seed((rollout["seed"] * 1_000_003 + rollout["sample"]) % 2**63)
-    return bool(torch.rand((), generator=gen) < 0.5)
+def replay(selection, groups, cfg):
+    """--replay-fraction: replayed successes into the step's fresh groups, in place; returns how many got one."""
+    return selection["replay"].apply(groups, cfg.replay_fraction) if "replay" in selection else 0
+
+
+def draws_per_step(cfg):
+    """Dynamic sampling (DAPO sec. 3.2) draws P more problems, at most --max-draws times, until P groups are
+    mixed; otherwise a step draws once."""
+    return cfg.max_draws if cfg.dynamic_sampling else 1
+
+
+def keep_mixed(groups, cfg):
+    """Dynamic sampling keeps the groups that are neither all passed nor all failed (the rest give Dr. GRPO no
+    gradient); otherwise every group."""
+    if not cfg.dynamic_sampling:
+        return groups
+    return [g for g in groups if 0 < sum(r.passed for r in g) < len(g)]
+
+
+def update_selection(selection, fresh, step):
+    """After the step's choices, every fresh group updates the pass-rate table and the replay buffer."""
+    if "pass_rates" in selection:
+        selection["pass_rates"].update(fresh)
+    if "replay" in selection:
+        selection["replay"].add(fresh, step + 1)
 
 
 # -----------------------------------------------------------------------------

@@ -12,12 +12,22 @@ copy on a GPU, and under FSDP, where the policy holds only shards, a whole copy 
 
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 import checkpoint
+import cli
 import lora
+from model import token_logprobs
+
+
+@dataclass
+class DistributedConfig:
+    """train_rl.py's flag for several GPUs (train_rl.Config inherits it); torchrun's variables do the rest."""
+    fsdp: bool = cli.arg(False, "under torchrun: shard parameters, gradients and optimizer state (FSDP2)",
+                         group="several GPUs")
 
 
 def setup_distributed(device):
@@ -92,6 +102,19 @@ def all_reduce_gradients(policy):
             grads.append(p.grad)
     for work in [dist.all_reduce(g, async_op=True) for g in grads]:  # issued together, so transfers overlap
         work.wait()
+
+
+def pad_micro_batches(batches, policy):
+    """FSDP: every rank must run as many forward/backward passes as the others, so the shorter lists of
+    micro-batches get empty ones (padding_pass runs them); unchanged without FSDP."""
+    if not is_sharded(policy):
+        return batches
+    return batches + [[]] * (reduce_numbers([len(batches)], "max")[0] - len(batches))
+
+
+def padding_pass(policy, pad_id, device):
+    """An empty micro-batch's pass: zero gradient, but it joins the other ranks' collectives."""
+    token_logprobs(policy, torch.full((1, 2), pad_id, device=device))[0].sum().mul(0).backward()
 
 
 def shard_model(policy):

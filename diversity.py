@@ -6,12 +6,22 @@ representation). train_rl.py logs them per step, evaluate.py per problem with --
 """
 
 import copy
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+import cli
 import sample
 import verify
+
+
+@dataclass
+class DiversityConfig:
+    """train_rl.py's diversity flag (train_rl.Config inherits it); the surface signals are logged every step."""
+    dispersion_every: int = cli.arg(10, "every N steps log the groups' embedding dispersion (diversity.py; about 0.7x "
+                                        "the step's sampling on the tiny world; 0: never)", range="[0, inf)",
+                                    group="diversity")
 
 
 def embedding_dispersion(embeddings):
@@ -113,14 +123,14 @@ def ngrams(tokens, n=4):
 
 
 def group_diversity(rollouts, G):
-    """Simple diversity signals averaged over groups: the std of completion lengths, the number of distinct
+    """rollouts: G per group, each with tokens and text (train_rl.Rollout). Simple diversity signals averaged over groups: the std of completion lengths, the number of distinct
     final answers, and the mean pairwise Jaccard overlap of token 4-gram sets (1 = identical samples)."""
     spread, answers, overlap = [], [], []
     for g in (rollouts[i:i + G] for i in range(0, len(rollouts), G)):
-        lengths = torch.tensor([float(len(r["tokens"])) for r in g])
+        lengths = torch.tensor([float(len(r.tokens)) for r in g])
         spread.append(lengths.std().item() if G > 1 else 0.0)
-        answers.append(len({verify.extract_answer(r["text"]) for r in g}))
-        sets = [ngrams(r["tokens"]) for r in g]
+        answers.append(len({verify.extract_answer(r.text) for r in g}))
+        sets = [ngrams(r.tokens) for r in g]
         pairs = [(a, b) for i, a in enumerate(sets) for b in sets[i + 1:]]
         overlap += [len(a & b) / len(a | b) for a, b in pairs if a | b]
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
@@ -131,7 +141,7 @@ def group_dispersion(model, rollouts, G):
     """The mean over groups of the mean pairwise cosine distance between the completions' mean-pooled final
     hidden states under the sampling model (embedding_dispersion): diversity of content, as the policy
     itself represents it, where length spread and n-gram overlap see only the surface."""
-    if G < 2 or not rollouts or not all(r["tokens"] for r in rollouts):  # an empty completion has nothing to pool
+    if G < 2 or not rollouts or not all(r.tokens for r in rollouts):  # an empty completion has nothing to pool
         return float("nan")
-    emb = completion_embeddings(model, [r["prompt"] for r in rollouts], [r["tokens"] for r in rollouts])
+    emb = completion_embeddings(model, [r.prompt for r in rollouts], [r.tokens for r in rollouts])
     return sum(embedding_dispersion(emb[i:i + G]) for i in range(0, len(rollouts), G)) / (len(rollouts) // G)

@@ -13,8 +13,7 @@ Protocol (the defaults):
    thinking off / on. Tokenized without added special tokens.
 3. Greedy decoding, at most 2,048 new tokens, stopping at <|endoftext|> (and <|im_end|> for the chat
    templates): one answer per problem. The response is the decoded completion, special tokens skipped.
-4. Grading with verify.grade (last \\boxed{} answer, then equivalence), the checker the RL reward uses;
-   the reward (verify.reward, format penalty 0.2) is recorded too.
+4. Grading with verify.grade (last \\boxed{} answer, then equivalence), as the RL reward; its reward.py reward too.
 5. Accuracy with a 95% Wilson interval, per subject and level where known; generated tokens, truncation
    rate (finish_reason 'length'), tokens/s and estimated inference FLOPs.
 Multi-sample mode (`--samples k`, temperature > 0): k samples per problem. The problem's answer (`correct`,
@@ -39,6 +38,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -48,6 +48,7 @@ import cli
 import distributed as D
 import looped
 import problems as P
+import reward
 import runs
 import sample
 import verify
@@ -163,14 +164,17 @@ def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None,
     problem field copied into the record (source, subject and level always are). `grader` 'steps' is the
     tiny ladder's rule (verify.check_steps: the worked lines must be the problem's chain)."""
     responses = [s["response"] for group in samples for s in group]
-    correct, rewards = verify.grade_with(grader, responses, [p for p, group in zip(problems, samples) for _ in group])
+    correct = verify.grade_with(grader, responses, [p for p, group in zip(problems, samples) for _ in group])
+    paid = SimpleNamespace(**vars(reward.RewardConfig()), max_new_tokens=0)  # training's defaults (reward.py)
     records, i = [], 0
     for p, n_prompt, group in zip(problems, prompt_tokens, samples):
         graded = []
         for s in group:
-            graded.append(dict(extracted=verify.extract_answer(s["response"]), correct=bool(correct[i]),
-                               reward=float(rewards[i]), completion_tokens=s["completion_tokens"],
-                               finish_reason=s["finish_reason"], response=s["response"]))
+            box = verify.extract_answer(s["response"])
+            row = SimpleNamespace(passed=correct[i], boxed=box is not None, tokens=())
+            graded.append(dict(extracted=box, correct=bool(correct[i]), reward=reward.pay(row, paid, needs_kl=False),
+                               completion_tokens=s["completion_tokens"], finish_reason=s["finish_reason"],
+                               response=s["response"]))
             i += 1
         record = dict(id=p["id"], source=p.get("source"), subject=p.get("subject"), level=p.get("level"),
                       answer=p["answer"], prompt_tokens=n_prompt)

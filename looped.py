@@ -19,8 +19,22 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+import cli
 import lora
 from model import Qwen3, Qwen3Config
+
+arg = cli.arg_group("looped depth")  # the flags below show under "looped depth" in train_rl.py --help
+
+
+@dataclass
+class LoopConfig:
+    """train_rl.py's looped-depth flags (train_rl.Config inherits them)."""
+    loop: str = arg("", "looped depth START:END:N: layers [START, END) run N times, weights shared, gates zero so "
+                        "training starts from exactly --model (looped.py; '': plain)")
+    loop_lr: float = arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr)", range="[0, inf)")
+    loop_lora_rank: int = arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)",
+                              range="[0, inf)")
+
 
 LOOP_KEYS = ("loop_start", "loop_end", "loop_count", "loop_lora_rank", "loop_lora_alpha")
 LOOP_FILE = "loop.safetensors"  # a looped checkpoint's own tensors, beside model.safetensors

@@ -6,9 +6,22 @@ into plain weights with the Hugging Face names, so checkpoints stay ordinary Qwe
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+
+import cli
+
+arg = cli.arg_group("LoRA")  # the flags below show under "LoRA" in train_rl.py --help
+
+
+@dataclass
+class LoraConfig:
+    """train_rl.py's LoRA flags (train_rl.Config inherits them)."""
+    lora_rank: int = arg(0, "LoRA rank (0: full fine-tuning)", range="[0, inf)")
+    lora_alpha: float = arg(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
+
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

@@ -13,10 +13,8 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
 
-For training speed and memory, RMSNorm, RoPE and the LM-head log-probs (`token_logprobs`) are
-autograd Functions with hand-written backward passes: fewer full-size ops and fewer saved activations
-than autograd through the formulas (benchmarks/bench_model.py; tests/test_model.py checks each against
-finite differences and the whole model against transformers).
+Each formula is written out below; while `use_kernels` is True (the default) the same math runs through the
+hand-written kernels of model_kernels.py instead: fewer ops, less memory, the numbers every run was measured with.
 """
 
 import json
@@ -27,6 +25,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+import model_kernels
+
+use_kernels = True  # False: the formulas below, not model_kernels.py (tests/test_model_kernels.py compares the two)
 
 # -----------------------------------------------------------------------------
 # Config: field names are the Hugging Face config.json names.
@@ -216,118 +218,9 @@ class KVCache:
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.pad.device)
         self.k, self.v, self.pad = self.k[:, rows], self.v[:, rows], self.pad[rows]
 
-    @staticmethod
-    def join(caches, room):
-        """One cache holding the rows of `caches` in order, with `room` free slots after a common write index:
-        each cache's filled slots move as one block so that all end there, and its pads grow by the shift, so
-        every token keeps its position. Continuous batching (sample.py) adds prefilled prompts this way."""
-        caches = [c for c in caches if c.batch_size]
-        spans = [(int(c.pad.min()), c.length) for c in caches]  # slots before the smallest pad hold nothing
-        length = max(end - start for start, end in spans)
-        passes, _, heads, _, dim = caches[0].k.shape
-        out = KVCache.__new__(KVCache)
-        shape = (passes, sum(c.batch_size for c in caches), heads, length + room, dim)
-        out.k, out.v = caches[0].k.new_zeros(shape), caches[0].v.new_zeros(shape)
-        out.pad = torch.cat([c.pad + (length - c.length) for c in caches])
-        out.length, row = length, 0
-        for c, (start, end) in zip(caches, spans):
-            rows = slice(row, row + c.batch_size)
-            out.k[:, rows, :, length - (end - start):length] = c.k[:, :, :, start:end]
-            out.v[:, rows, :, length - (end - start):length] = c.v[:, :, :, start:end]
-            row += c.batch_size
-        return out
-
-
-class SlotCache:
-    """A cache whose shapes never change, so a decode step on it can be captured in a CUDA graph: `slots` rows
-    of `max_len` slots, no padding. Row b holds its tokens at slots [0, lens[b]), so a token's slot is its
-    position; a prompt joins by copying its prefill into a free row (`load`), and a step writes each row's new
-    key and value at its own lens[b] and attends to slots <= lens[b]. Rows not `live` are written (harmlessly,
-    at a slot a later join overwrites) but do not advance."""
-
-    def __init__(self, config, slots, max_len, device=None, dtype=torch.float32):
-        shape = (config.layer_passes, slots, config.num_key_value_heads, max_len, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.lens = torch.zeros(slots, dtype=torch.long, device=device)
-        self.live = torch.zeros(slots, dtype=torch.bool, device=device)
-        self.rows = torch.arange(slots, device=device)
-        self.slot = torch.arange(max_len, device=device)
-
-    @property
-    def max_len(self):
-        return self.k.shape[3]
-
-    def positions(self, T):
-        return self.lens[:, None]  # one token per row per step (T = 1)
-
-    def attention_mask(self, T):  # (B, 1, 1, S): each row's own tokens and the one written now
-        return (self.slot[None, :] <= self.lens[:, None])[:, None, None]
-
-    def update(self, layer, k, v):
-        """Write each row's new key/value (B, H_kv, 1, D) at its own length; return the whole (static) rows."""
-        assert k.shape[2] == 1, "a SlotCache takes one token per row per step; prefill into a KVCache and load it"
-        at = self.lens.clamp(max=self.max_len - 1)  # a free row may sit at the end; a join rewrites it
-        self.k[layer, self.rows, :, at] = k[:, :, 0]
-        self.v[layer, self.rows, :, at] = v[:, :, 0]
-        return self.k[layer], self.v[layer]
-
-    def advance(self, T):
-        self.lens += self.live * T
-
-    def load(self, row, cache, i):
-        """Row `row` takes row i of a prefilled KVCache (its filled slots, moved to start at slot 0)."""
-        start, end = int(cache.pad[i]), cache.length
-        if end - start > self.max_len:
-            raise RuntimeError(f"SlotCache overflow: a {end - start}-token prefill > max_len {self.max_len}")
-        self.k[:, row, :, :end - start] = cache.k[:, i, :, start:end]
-        self.v[:, row, :, :end - start] = cache.v[:, i, :, start:end]
-        self.lens[row], self.live[row] = end - start, True
-
-
-def grouped_decode_attention(q, k, v, mask):
-    """One decode step's attention with GQA folded in: the G query heads of a KV group become G query positions
-    of one head (they share its keys and the row's mask), so SDPA sees equal head counts, a (B, 1, 1, S) mask
-    and no enable_gqa (which can send SDPA on CUDA to its slow math kernel). q (B, H, 1, D), k v (B, H_kv, S, D)."""
-    B, H, _, D = q.shape
-    y = F.scaled_dot_product_attention(q.reshape(B, k.shape[1], H // k.shape[1], D), k, v, attn_mask=mask)
-    return y.reshape(B, H, 1, D)
-
 
 # -----------------------------------------------------------------------------
 # The model
-
-
-class RMSNormFunction(torch.autograd.Function):
-    """y = w * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), with a hand-written backward.
-
-    Autograd through the textbook formula runs ~19 full-size ops and keeps an fp32 copy of x for backward;
-    this runs 3 forward and 6-7 backward ops in x's dtype and keeps only x_hat = x * rstd. The mean square
-    is accumulated in fp32, then rstd is rounded to x's dtype so no full-size fp32 copy is made: in bf16
-    a per-row scale error of at most 2^-9 (one bf16 rounding; the tests check the bf16 path is as
-    accurate as transformers'), in fp32 exactly the reference formula.
-    `weight` is (D,) or, for the joint q/k norm, (heads, D).
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        acc = torch.promote_types(x.dtype, torch.float32)
-        ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=acc).square_().div_(x.shape[-1])
-        rstd = ms.add_(eps).rsqrt_().to(x.dtype)  # (..., 1)
-        x_hat = x * rstd
-        ctx.save_for_backward(x_hat, weight, rstd)
-        return x_hat * weight
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x_hat, weight, rstd = ctx.saved_tensors
-        gy_x_hat = grad_y * x_hat
-        grad_w = gy_x_hat.sum(tuple(range(grad_y.dim() - weight.dim())))
-        # dL/dx = rstd * (g - x_hat * mean(g * x_hat)) with g = dL/dx_hat = grad_y * w, since
-        # d x_hat / dx = rstd * (I - x_hat x_hat^T / D); sum(g * x_hat) is a matrix-vector product for a (D,) w
-        dot = gy_x_hat @ weight if weight.dim() == 1 else (gy_x_hat * weight).sum(-1)
-        g = grad_y * weight
-        return g.addcmul_(x_hat, dot.unsqueeze(-1).div_(-x_hat.shape[-1])).mul_(rstd), grad_w, None
 
 
 class RMSNorm(nn.Module):
@@ -336,8 +229,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x):
-        return RMSNormFunction.apply(x, self.weight, self.eps)
+    def forward(self, x):  # y = w * x / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019), the mean square in fp32
+        if use_kernels:
+            return model_kernels.RMSNormFunction.apply(x, self.weight, self.eps)
+        x32 = x.float()
+        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
 def rope_cos_sin(positions, head_dim, theta, dtype):
@@ -352,57 +248,20 @@ def rope_cos_sin(positions, head_dim, theta, dtype):
     return torch.cat([cos, cos], -1)[:, :, None].to(dtype), torch.cat([-sin, sin], -1)[:, :, None].to(dtype)
 
 
-def _swap_halves(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x2, x1], dim=-1)
-
-
-class RotaryFunction(torch.autograd.Function):
-    """y = x * cos + swap_halves(x) * sin in 3 ops each way (autograd on the formula takes ~10) and no saved
-    activations: swapping halves is its own transpose, so dL/dx = g * cos + swap_halves(g * sin)."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        return (x * cos).addcmul_(_swap_halves(x), sin)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        cos, sin = ctx.saved_tensors
-        return _swap_halves(grad_y * sin).addcmul_(grad_y, cos), None, None
-
-
 def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
-    return RotaryFunction.apply(x, cos, sin)
-
-
-# Where the CPU has AMX tiles, oneDNN's bf16 GEMM runs on them and is slow for one row: there torch.mv reads
-# bf16 weights 1.45x faster (17.7 vs 12.2 GB/s, 2 threads); on an AMD EPYC without AMX the GEMM is the faster
-# one (23.2 vs 15.6 GB/s). Both from research/sampler/bench_sample.py --kernels.
-BF16_ROW_MV = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-# MKL's float32 GEMM (x @ W.T) has a cliff at a few rows against a large weight: on an AMD EPYC 13 rows of
-# Qwen3's lm_head took 2.2x the time of 16. The same product with the weight on the left (W @ x.T) has none:
-# a decode step of 8-48 rows at the 0.6B widths ran 1.0-2.1x faster; 2 rows are about 2x slower (--kernels).
-FP32_ROWS_WEIGHT_LEFT = (8, 48)  # rows, inclusive; for weights of at least 2**20 entries
-WEIGHT_LEFT_MIN_SIZE = 2**20
+    if use_kernels:
+        return model_kernels.RotaryFunction.apply(x, cos, sin)
+    return x * cos + model_kernels.swap_halves(x) * sin
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters, same checkpoint keys) that picks the CPU product by the rows it gets: a single
-    row goes to torch.mv (bf16 only where BF16_ROW_MV says it is faster: batch-1 decoding is one row per step),
-    and 8-48 float32 rows against a large weight to W @ x.T (FP32_ROWS_WEIGHT_LEFT: a decode step's tail)."""
+    """nn.Linear (same parameters, same checkpoint keys): y = x W^T + b. On a CPU with use_kernels, by the
+    product that suits the rows x holds (decoding feeds a few per step: model_kernels.cpu_linear)."""
 
     def forward(self, x):
-        rows = x.numel() // max(x.shape[-1], 1)
-        cpu = x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
-        if cpu and rows == 1 and (BF16_ROW_MV or x.dtype != torch.bfloat16):
-            y = torch.mv(self.weight, x.reshape(-1))
-        elif (cpu and x.dtype == torch.float32 and FP32_ROWS_WEIGHT_LEFT[0] <= rows <= FP32_ROWS_WEIGHT_LEFT[1]
-              and self.weight.numel() >= WEIGHT_LEFT_MIN_SIZE):
-            y = (self.weight @ x.reshape(rows, -1).T).T.contiguous()  # row-major again for what reads it
-        else:
-            return F.linear(x, self.weight, self.bias)
-        return (y if self.bias is None else y + self.bias).view(*x.shape[:-1], -1)
+        if use_kernels and x.device.type == "cpu":
+            return model_kernels.cpu_linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
 
 class Attention(nn.Module):
@@ -419,22 +278,22 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache=None, layer=0, mask=None):
         B, T, _ = x.shape
         H, H_kv, D = self.n_heads, self.n_kv, self.head_dim
-        # q and k go through their per-head norms and RoPE together, as one (B, T, H + H_kv, D) tensor:
-        # the same math as two separate passes, in half the ops
-        qk = torch.cat([self.q_proj(x).view(B, T, H, D), self.k_proj(x).view(B, T, H_kv, D)], dim=2)
-        norm_w = torch.cat([self.q_norm.weight.expand(H, D), self.k_norm.weight.expand(H_kv, D)])
-        qk = apply_rope(RMSNormFunction.apply(qk, norm_w, self.q_norm.eps), cos, sin).transpose(1, 2)
-        q, k = qk.split([H, H_kv], dim=1)  # (B, H, T, D), (B, H_kv, T, D)
+        q, k = self.q_proj(x).view(B, T, H, D), self.k_proj(x).view(B, T, H_kv, D)
+        if use_kernels:  # both norms and both RoPEs as one tensor
+            q, k = model_kernels.norm_rope_qk(q, k, self.q_norm, self.k_norm, cos, sin)
+        else:  # Qwen3's per-head RMSNorm of q and k, then RoPE; heads before positions, as attention reads them
+            q = apply_rope(self.q_norm(q), cos, sin).transpose(1, 2)  # (B, H, T, D)
+            k = apply_rope(self.k_norm(k), cos, sin).transpose(1, 2)  # (B, H_kv, T, D)
         v = self.v_proj(x).view(B, T, H_kv, D).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        gqa = H_kv != H
-        if isinstance(cache, SlotCache):  # the static decode step
-            y = grouped_decode_attention(q, k, v, mask)
+        # softmax(q k^T / sqrt(D) + mask) v (Vaswani et al. 2017), each key/value head shared by H / H_kv query heads
+        if use_kernels and getattr(cache, "grouped_decode", False):  # batching.SlotCache's static decode step
+            y = model_kernels.grouped_decode_attention(q, k, v, mask)
         elif mask is None:  # training / no cache: plain causal attention
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H_kv != H)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=H_kv != H)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -515,79 +374,21 @@ class Qwen3(nn.Module):
         h = self.hidden_states(input_ids, cache)
         return self.lm_head(h[:, -1:] if last_only else h)
 
-    def new_cache(self, batch_size, max_len, static=False):
+    def new_cache(self, batch_size, max_len, kind=KVCache):
+        """An empty KVCache (or a cache `kind` of the same constructor: batching.SlotCache) in forward's dtype."""
         p = self.lm_head.weight
         dtype = torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
-        return (SlotCache if static else KVCache)(self.config, batch_size, max_len, device=p.device, dtype=dtype)
-
-
-class TokenLogProbsFunction(torch.autograd.Function):
-    """log softmax(h W^T)[target] and the entropy of softmax(h W^T), chunk by chunk over the N positions.
-
-    Only one chunk's (chunk, vocab) logits exist at a time, in buffers reused across chunks (a fresh
-    multi-hundred-MB tensor per op costs page faults comparable to the op itself); backward recomputes
-    each chunk's logits and forms dL/dlogits = g * (onehot(target) - exp(logits - logZ)) in place. Memory
-    is O(chunk x vocab) instead of O(N x vocab), for one extra LM-head matmul.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight, targets, chunk_size):  # h (N, D), weight (V, D), targets (N,)
-        N, V = h.shape[0], weight.shape[0]
-        acc = torch.promote_types(h.dtype, torch.float32)
-        n = min(chunk_size, N)
-        logits = h.new_empty(n, V)  # the matmul's output, in the model dtype
-        z, logp_all = torch.empty(n, V, dtype=acc, device=h.device), torch.empty(n, V, dtype=acc, device=h.device)
-        logp, entropy, logz = (torch.empty(N, dtype=acc, device=h.device) for _ in range(3))
-        for i in range(0, N, chunk_size):
-            j = min(i + chunk_size, N)
-            torch.mm(h[i:j], weight.t(), out=logits[:j - i])
-            z_c, lp = z[:j - i], logp_all[:j - i]
-            torch.log_softmax(z_c.copy_(logits[:j - i]), -1, out=lp)  # log-softmax in fp32
-            logp[i:j] = lp.gather(1, targets[i:j, None]).squeeze(1)
-            logz[i:j] = z_c[:, 0] - lp[:, 0]
-            entropy[i:j] = torch.exp(lp, out=z_c).mul_(lp).sum(-1).neg_()  # H = -sum p log p
-        ctx.save_for_backward(h, weight, targets, logz)
-        ctx.chunk_size = chunk_size
-        ctx.mark_non_differentiable(entropy)  # a metric, not a loss term
-        return logp, entropy
-
-    @staticmethod
-    def backward(ctx, grad_logp, _):
-        h, weight, targets, logz = ctx.saved_tensors
-        N, V, chunk_size = h.shape[0], weight.shape[0], ctx.chunk_size
-        n = min(chunk_size, N)
-        logits = h.new_empty(n, V)
-        p = torch.empty(n, V, dtype=logz.dtype, device=h.device)
-        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
-        grad_w = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
-        for i in range(0, N, chunk_size):
-            j = min(i + chunk_size, N)
-            g = grad_logp[i:j]
-            torch.mm(h[i:j], weight.t(), out=logits[:j - i])
-            p_c = p[:j - i].copy_(logits[:j - i]).sub_(logz[i:j, None]).exp_()  # softmax, in fp32
-            p_c.mul_(-g[:, None])  # dL/dlogits = g * (onehot(target) - p)
-            p_c[torch.arange(j - i, device=h.device), targets[i:j]] += g
-            grad_logits = logits[:j - i].copy_(p_c)
-            if grad_h is not None:
-                torch.mm(grad_logits, weight, out=grad_h[i:j])
-            if grad_w is not None and i == 0:
-                torch.mm(grad_logits.t(), h[i:j], out=grad_w)
-            elif grad_w is not None:
-                grad_w.addmm_(grad_logits.t(), h[i:j])
-        return grad_h, grad_w, None, None
+        return kind(self.config, batch_size, max_len, device=p.device, dtype=dtype)
 
 
 def token_logprobs(model, input_ids, chunk_size=256):
-    """log p(x[t+1] | x[:t+1]) for every position, and the policy entropy there: two (B, T-1) fp32 tensors.
-
-    The full-vocabulary logits are never materialized for the whole batch (see TokenLogProbsFunction).
-    """
+    """log p(x[t+1] | x[:t+1]) for every position, and the policy entropy there: two (B, T-1) fp32 tensors."""
     h = model.hidden_states(input_ids[:, :-1])
-    B, T, D = h.shape
-    weight = model.lm_head.weight.to(h.dtype)  # a no-op unless autocast made h lower precision
-    logp, entropy = TokenLogProbsFunction.apply(h.reshape(B * T, D), weight, input_ids[:, 1:].reshape(B * T),
-                                                chunk_size)
-    return logp.view(B, T), entropy.view(B, T)
+    if use_kernels:  # the same, the (B, T-1, vocab) logits never whole (model_kernels.TokenLogProbsFunction)
+        return model_kernels.token_logprobs(h, model.lm_head.weight, input_ids[:, 1:], chunk_size)
+    logp_all = model.lm_head(h).float().log_softmax(-1)  # (B, T-1, vocab)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)  # H = -sum p log p: a metric, not a loss term
+    return logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1), entropy.detach()
 
 
 # -----------------------------------------------------------------------------

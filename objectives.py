@@ -9,14 +9,15 @@ per problem and takes
 with rho_it = pi(o_it) / pi_old(o_it). With one update per batch (the default) rho = 1, so clipping changes
 nothing and the gradient is REINFORCE with the group mean as baseline.
 
-Adding an objective is this file and its test: write its advantage function ((rewards, correct, cfg) -> (P, G))
-and/or its loss ((micro-batch, cfg) -> this micro-batch's share of the batch loss), add a row to OBJECTIVES, and,
+Adding an objective is this file and its test: write its advantage function ((rewards, passed, cfg) -> (P, G))
+and/or its loss ((MicroBatch, cfg) -> this micro-batch's share of the batch loss), add a row to OBJECTIVES, and,
 if it has a knob, a field to ObjectiveConfig. The flag's choices and help, `python objectives.py` and
 research/objectives/compare_objectives.py all read the table.
 """
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -50,23 +51,30 @@ def batch_normalized_advantages(rewards, eps=1e-6):
     return centred / (centred.std() + eps)
 
 
-def weighted_reinforce_advantages(correct, positive_weight):
+def weighted_reinforce_advantages(passed, positive_weight):
     """W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning",
-    sec. 5): A = +lambda for a right answer, -1 for a wrong one, no baseline; lambda = 0.1 in the paper puts
-    the weight on pushing mass away from wrong answers. Defined on correctness, not the shaped reward."""
-    return torch.where(correct, positive_weight, -1.0)
+    sec. 5): A = +lambda for a success, -1 for a failure, no baseline; lambda = 0.1 in the paper puts the weight
+    on pushing mass away from wrong answers. Defined on `passed` (the verdict, or a reward control's), not the
+    shaped reward."""
+    return torch.where(passed, positive_weight, -1.0)
 
 
-def passk_advantages(correct, k):
+def check_passk(k, group_size):
+    """The one range rule of --passk-k: 1 <= k < G (at k = G every group's advantage is 0: no gradient)."""
+    if not 1 <= k < group_size:
+        raise ValueError(f"--passk-k must be in [1, --group-size {group_size}) (at k = G no group has a "
+                         f"gradient), got {k}")
+
+
+def passk_advantages(passed, k):
     """(P, G) bools -> (P, G) advantages that maximize pass@k of the group (Chen et al. 2025, "Pass@k Training",
-    sec. 3.3): with N samples, c right, rho = 1 - C(N-c, k)/C(N, k), sigma = sqrt(rho (1 - rho)), a right sample
-    gets (1 - rho)/sigma and a wrong one (1 - rho - C(N-c-1, k-1)/C(N-1, k-1))/sigma; 0 where sigma = 0 (all
-    right, all wrong, or k = N). Exact integer binomials (math.comb), so nothing overflows."""
-    N = correct.shape[1]
-    if not 1 <= k <= N:
-        raise ValueError(f"--passk-k must be in [1, --group-size {N}], got {k}")
-    out = torch.zeros(correct.shape, dtype=torch.float32)
-    for i, row in enumerate(correct.tolist()):
+    sec. 3.3): with N samples, c passed, rho = 1 - C(N-c, k)/C(N, k), sigma = sqrt(rho (1 - rho)), a success
+    gets (1 - rho)/sigma and a failure (1 - rho - C(N-c-1, k-1)/C(N-1, k-1))/sigma; 0 where sigma = 0 (all
+    passed or all failed). Exact integer binomials (math.comb), so nothing overflows."""
+    N = passed.shape[1]
+    check_passk(k, N)
+    out = torch.zeros(passed.shape, dtype=torch.float32)
+    for i, row in enumerate(passed.tolist()):
         c = sum(row)
         rho = 1 - math.comb(N - c, k) / math.comb(N, k)
         sigma = math.sqrt(rho * (1 - rho))
@@ -78,10 +86,20 @@ def passk_advantages(correct, k):
 
 
 # -----------------------------------------------------------------------------
-# Losses. A micro-batch b holds, per completion token, (B, T): logp (policy, with gradient), old_logp (the
-# policy that drew the batch), ref_logp (frozen reference, when KL is used), tis (truncated importance weights,
-# ones when off) and mask; per row, (B,): adv; and the batch's n_sequences and n_tokens, so every micro-batch
-# returns its share of one batch loss.
+# Losses: a MicroBatch -> its share of one batch loss (it divides by the whole batch's counts)
+
+
+@dataclass
+class MicroBatch:
+    """A loss's input, built by update.micro_batch. Per target token (B, T-1), the prompt's zero in mask."""
+    logp: torch.Tensor  # (B, T-1) log-probs of the policy being trained, with gradient
+    old_logp: torch.Tensor  # (B, T-1) pi_old of the PPO ratio: the behavior policy's (update.old_logprobs)
+    ref_logp: torch.Tensor | None  # (B, T-1) the frozen reference's, with --kl-in loss; else None
+    mask: torch.Tensor  # (B, T-1) 1.0 on completion tokens, 0.0 on prompt and padding
+    tis: torch.Tensor  # (B, T-1) truncated importance weights (ones when --tis-cap is 0)
+    adv: torch.Tensor  # (B,) each row's advantage
+    n_sequences: int  # rows in the whole batch (every rank's, zero-advantage ones too)
+    n_tokens: int  # completion tokens in the whole batch
 
 
 def kl_estimate(logp, ref_logp, estimator):
@@ -99,7 +117,7 @@ def kl_penalty(b, cfg):
     """beta * KL per token when the KL is a loss term (DeepSeekMath eq. 3), else 0."""
     if not cfg.kl_coef or cfg.kl_in != "loss":
         return 0.0
-    return cfg.kl_coef * kl_estimate(b["logp"], b["ref_logp"], cfg.kl_estimator)
+    return cfg.kl_coef * kl_estimate(b.logp, b.ref_logp, cfg.kl_estimator)
 
 
 def truncated_is_weights(old_logp, sampler_logp, mask, cap):
@@ -114,9 +132,9 @@ def truncated_is_weights(old_logp, sampler_logp, mask, cap):
 def ppo_terms(b, cfg):
     """min(rho A, clip(rho, 1 - e_low, 1 + e_high) A) per token (PPO, Schulman et al. 2017, eq. 7, with DAPO's
     decoupled range, Yu et al. 2025, eq. 10), times the truncated importance weight, minus the KL term."""
-    ratio, adv = torch.exp(b["logp"] - b["old_logp"]), b["adv"][:, None]
+    ratio, adv = torch.exp(b.logp - b.old_logp), b.adv[:, None]
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * adv)
-    return surrogate * b["tis"] - kl_penalty(b, cfg)
+    return surrogate * b.tis - kl_penalty(b, cfg)
 
 
 def sequence_mean(x, mask):
@@ -126,43 +144,35 @@ def sequence_mean(x, mask):
 
 def grpo_loss(b, cfg):
     """Mean over each sequence's tokens, then over sequences (DeepSeekMath eq. 3)."""
-    return -sequence_mean(ppo_terms(b, cfg), b["mask"]).sum() / b["n_sequences"]
+    return -sequence_mean(ppo_terms(b, cfg), b.mask).sum() / b.n_sequences
 
 
 def drgrpo_loss(b, cfg):
     """Token terms summed and divided by one constant, the generation budget, not |o_i| (Dr. GRPO, sec. 3.2)."""
-    return -(ppo_terms(b, cfg) * b["mask"]).sum() / (cfg.max_new_tokens * b["n_sequences"])
+    return -(ppo_terms(b, cfg) * b.mask).sum() / (cfg.max_new_tokens * b.n_sequences)
 
 
 def token_mean_loss(b, cfg):
     """Token terms averaged over all the batch's tokens, so long answers weigh by their length (DAPO eq. 12)."""
-    return -(ppo_terms(b, cfg) * b["mask"]).sum() / b["n_tokens"]
+    return -(ppo_terms(b, cfg) * b.mask).sum() / b.n_tokens
 
 
 def gspo_loss(b, cfg):
     """GSPO (Zheng et al. 2025, eq. 5-7): one importance ratio per sequence, the geometric mean of its token
     ratios, clipped as a whole; the sequence terms are averaged over the batch."""
-    mask, adv = b["mask"], b["adv"]
-    ratio = torch.exp(sequence_mean(b["logp"] - b["old_logp"], mask))  # (B,) s_i(theta)
+    mask, adv = b.mask, b.adv
+    ratio = torch.exp(sequence_mean(b.logp - b.old_logp, mask))  # (B,) s_i(theta)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * adv)
-    tis = torch.exp(sequence_mean(b["tis"].log(), mask))  # per-sequence truncated weight, same geometric mean
-    return -(surrogate * tis - sequence_mean(kl_penalty(b, cfg), mask)).sum() / b["n_sequences"]
+    tis = torch.exp(sequence_mean(b.tis.log(), mask))  # per-sequence truncated weight, same geometric mean
+    return -(surrogate * tis - sequence_mean(kl_penalty(b, cfg), mask)).sum() / b.n_sequences
 
 
 def cispo_loss(b, cfg):
     """CISPO (MiniMax-M1 2025, eq. 4-5): REINFORCE on every token, weighted by the clipped ratio with its
     gradient stopped, so clipping never drops a token's gradient; token-level mean as DAPO."""
-    weight = torch.exp(b["logp"] - b["old_logp"]).detach().clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
-    terms = weight * b["tis"] * b["adv"][:, None] * b["logp"] - kl_penalty(b, cfg)
-    return -(terms * b["mask"]).sum() / b["n_tokens"]
-
-
-def overlong_penalty(length, budget, buffer):
-    """DAPO's soft overlong punishment (eq. 13): 0 up to budget - buffer tokens, then linear down to -1 at the
-    budget (reached only by truncated answers)."""
-    if buffer <= 0 or length <= budget - buffer:
-        return 0.0
-    return max(-1.0, (budget - buffer - length) / buffer)
+    weight = torch.exp(b.logp - b.old_logp).detach().clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+    terms = weight * b.tis * b.adv[:, None] * b.logp - kl_penalty(b, cfg)
+    return -(terms * b.mask).sum() / b.n_tokens
 
 
 # -----------------------------------------------------------------------------
@@ -171,10 +181,11 @@ def overlong_penalty(length, budget, buffer):
 
 @dataclass
 class Objective:
-    # (rewards, correct, cfg) -> advantages, each (P, G): rewards are shaped (penalties, KL in the reward),
-    # correct is the verifier's verdict; an objective may use either
-    advantages: callable
-    loss: callable  # (micro-batch dict, cfg) -> this micro-batch's share of the batch loss
+    # (rewards, passed, cfg) -> advantages, each (P, G): rewards are the reward table's (reward.py: penalties, KL
+    # in the reward); passed is what the learner counts as a success: the verifier's verdict, or under --reward
+    # random / format the control's (a seeded coin, a final \boxed{}); an objective may use either
+    advantages: Callable
+    loss: Callable  # (MicroBatch, cfg) -> this micro-batch's share of the batch loss
     paper: str  # where it comes from
     change: str  # what it changes from GRPO, in a line
     defaults: dict = field(default_factory=dict)  # the paper's flag defaults (keys of OBJECTIVE_FLAGS); flags win
@@ -182,38 +193,38 @@ class Objective:
 
 
 OBJECTIVES = {
-    "grpo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), grpo_loss,
+    "grpo": Objective(lambda r, passed, cfg: group_advantages(r, scale_by_std=True), grpo_loss,
                       "Shao et al. 2024, DeepSeekMath, eq. 3", "the reference: the formulas above"),
-    "drgrpo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=False), drgrpo_loss,
+    "drgrpo": Objective(lambda r, passed, cfg: group_advantages(r, scale_by_std=False), drgrpo_loss,
                         "Liu et al. 2025, Dr. GRPO, sec. 3.2",
                         "A = r - mean (no std); token terms summed and divided by the generation budget, "
                         "not |o_i| (no length bias)"),
-    "dapo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), token_mean_loss,
+    "dapo": Objective(lambda r, passed, cfg: group_advantages(r, scale_by_std=True), token_mean_loss,
                       "Yu et al. 2025, DAPO, eq. 8-13",
                       "token-level mean over the batch; clip-higher (clip_high 0.28); dynamic sampling (redraw "
                       "until P groups are mixed); --overlong-buffer for the soft length penalty",
                       dict(clip_high=0.28, dynamic_sampling=True)),
-    "gspo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), gspo_loss,
+    "gspo": Objective(lambda r, passed, cfg: group_advantages(r, scale_by_std=True), gspo_loss,
                       "Zheng et al. 2025, GSPO, eq. 5-7",
                       "one importance ratio per sequence (the geometric mean of its token ratios), clipped per "
                       "sequence with a tiny range",
                       dict(clip_low=3e-4, clip_high=4e-4)),  # sec. 5.1: sequence ratios need a tiny range
-    "cispo": Objective(lambda r, c, cfg: group_advantages(r, scale_by_std=True), cispo_loss,
+    "cispo": Objective(lambda r, passed, cfg: group_advantages(r, scale_by_std=True), cispo_loss,
                        "MiniMax 2025, MiniMax-M1, eq. 4-5",
                        "REINFORCE on every token weighted by the clipped, stop-gradient ratio: clipping never "
                        "drops a token's gradient; token-level mean",
                        dict(clip_low=1.0, clip_high=0.2)),  # no lower bound on the weight, as MiniMax-M1
-    "rloo": Objective(lambda r, c, cfg: leave_one_out_advantages(r), drgrpo_loss,
+    "rloo": Objective(lambda r, passed, cfg: leave_one_out_advantages(r), drgrpo_loss,
                       "Ahmadian et al. 2024, eq. 4 (Kool et al. 2019)",
                       "A = r minus the mean of the other G - 1 rewards; summed token log-probs"),
-    "reinforce_pp": Objective(lambda r, c, cfg: batch_normalized_advantages(r), token_mean_loss,
+    "reinforce_pp": Objective(lambda r, passed, cfg: batch_normalized_advantages(r), token_mean_loss,
                               "Hu et al. 2025, REINFORCE++ (with baseline)",
                               "group mean removed, then divided by the std over the whole batch; token-level mean"),
-    "w_reinforce": Objective(lambda r, c, cfg: weighted_reinforce_advantages(c, cfg.positive_weight), token_mean_loss,
+    "w_reinforce": Objective(lambda r, passed, cfg: weighted_reinforce_advantages(passed, cfg.positive_weight), token_mean_loss,
                              "Zhu et al. 2025, negative sample reinforcement, sec. 5",
-                             "A = +lambda right (--positive-weight), -1 wrong, no baseline, from correctness; "
+                             "A = +lambda passed (--positive-weight), -1 failed, no baseline, from the verdict; "
                              "token-level mean", needs_group=False),
-    "passk": Objective(lambda r, c, cfg: passk_advantages(c, cfg.passk_k), drgrpo_loss,
+    "passk": Objective(lambda r, passed, cfg: passk_advantages(passed, cfg.passk_k), drgrpo_loss,
                        "Chen et al. 2025, Pass@k Training, sec. 3.3",
                        "the advantage that maximizes the group's pass@k (--passk-k); Dr. GRPO's loss"),
 }
@@ -241,10 +252,6 @@ class ObjectiveConfig:
                      choices=("loss", "reward"))
     tis_cap: float = arg(0.0, "truncated importance sampling: weight tokens by min(pi_trainer / pi_sampler, C) (0: off)",
                          range="[0, inf)")
-    format_penalty: float = arg(0.0, "reward subtracted when a response has no final \\boxed{} answer",
-                                range="[0, inf)")
-    overlong_buffer: int = arg(0, "DAPO soft overlong penalty: the last N tokens of the budget ramp the reward to -1 "
-                                  "(0: off)", range="[0, inf)")
     dynamic_sampling: bool | None = arg(None, "DAPO: draw more problems until P groups have mixed correctness (default: "
                                               "the objective's, on for dapo)")
     max_draws: int = arg(4, "dynamic sampling: at most this many draws of P problems per step", range="[1, inf)")
@@ -269,9 +276,8 @@ def check(cfg, group_size):
     if OBJECTIVES[cfg.objective].needs_group and group_size < 2:
         raise ValueError(f"--group-size {group_size}: --objective {cfg.objective} compares each sample with the "
                          f"rest of its group, so every advantage would be 0; use --group-size >= 2")
-    if cfg.objective == "passk" and not 1 <= cfg.passk_k < group_size:  # at k = G every advantage is 0
-        raise ValueError(f"--passk-k must be in [1, --group-size {group_size}) (at k = G no group has a "
-                         f"gradient), got {cfg.passk_k}")
+    if cfg.objective == "passk":
+        check_passk(cfg.passk_k, group_size)
 
 
 def table():

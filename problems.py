@@ -216,8 +216,8 @@ HINT = "\n\nfinal answer: {answer}"
 
 def hinted(problem):
     """The problem dict with its answer stated after the problem text: for deliberation on TRAINING problems only
-    (research/rounds --rationalize); an evaluation never sees one, and the traces it yields are trained on without
-    it."""
+    (research/rounds --rationalize, research/ladder reach --hint, both through evaluate.evaluate(hint=True)); an
+    evaluation never sees one, and the traces it yields are trained on without it."""
     return dict(problem, problem=problem["problem"].strip() + HINT.format(answer=str(problem["answer"]).strip()))
 
 

@@ -247,8 +247,8 @@ def resume_logs(run_dir, start_step, unlogged):
 
 def sample_rows(rollouts, step):
     """samples.jsonl's lines for a step's first rollouts."""
-    return [dict(step=step, id=r["problem"]["id"], answer=r["problem"]["answer"], response=r["text"],
-                 reward=r["reward"], correct=r["correct"]) for r in rollouts]
+    return [dict(step=step, id=r.problem["id"], answer=r.problem["answer"], response=r.text, reward=r.reward,
+                 correct=r.correct) for r in rollouts]
 
 
 def log_step(run_dir, pending, validate, eval_every):
@@ -570,3 +570,11 @@ def write_final(run_dir, step):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_dir(tmp, final)
+
+
+def write_jsonl(path, rows):
+    """A whole JSONL file, one row per line: written to a temporary name, then renamed, so a reader never sees
+    half a file."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)

@@ -6,11 +6,11 @@ How a call runs:
 2. Each chunk is left-padded and prefilled once per prompt; the cache is then copied n times, so the n
    samples of one prompt (a GRPO group) share the prefill, and each sample draws its own first token.
 3. Decoding feeds one token per live row; finished rows are compacted out of the batch (and the cache),
-   so they stop costing compute. With `slots` (continuous batching, what evaluation uses) there are no
-   chunks: at most `slots` rows decode together, and when a quarter of them have finished, waiting prompts
-   are prefilled and joined to the running cache, so a few long rows no longer hold a whole chunk.
+   so they stop costing compute.
 4. Every generated token gets its log-probability under the unmodified policy (softmax at temperature 1,
    before top-k/top-p), which training needs for importance ratios.
+Continuous batching (`slots`, what evaluation uses) and the static decode step (`static`, what `compile` means on
+CUDA) replace the chunks of steps 1-3 with rows that waiting prompts join: batching.py, the same completions.
 
 Randomness is counter-based: the draw of sample j of prompt i at position t is a pure function of (the
 prompt's seed, j, t): a hash gives one uniform, and inverse-CDF sampling turns it into a token, never a
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-import model as M
+import batching
 
 
 @dataclass
@@ -322,154 +322,104 @@ def decode_step(decode, cache, live, token, row_result, pad_id):
     return decode(next_token[:, None], cache=cache, last_only=True)[:, -1], row_result
 
 
+@dataclass
+class Request:
+    """One generate call, checked: what a decode engine reads beside the model. generate_chunk below uses it, and
+    so do batching.py's engines, which reach this file's prefill, draw and decode step through its methods
+    (sample.py imports batching.py, so batching.py cannot import it back)."""
+    prompts: list  # token id lists
+    n: int  # samples per prompt (a GRPO group)
+    max_new_tokens: int
+    sampling: tuple  # (temperature, top_p, top_k)
+    seeds: list  # one int per prompt (prompt_seeds)
+    stop_token_ids: object  # ids that end a row
+    pad_id: int
+    on_token: object  # on_token(live rows, rows finished) after each draw: the progress count (Progress)
+
+    def start(self, prompt_ids, device):
+        """Empty Completions of prompts `prompt_ids` (n each, in order), each one's sampling key, the stop ids."""
+        results = [Completion(prompt_index=i) for i in prompt_ids for _ in range(self.n)]
+        keys = row_keys(torch.tensor([self.seeds[i] for i in prompt_ids], dtype=torch.int64, device=device), self.n)
+        return results, keys, torch.tensor(sorted(self.stop_token_ids), dtype=torch.long, device=device)
+
+    def prefill(self, model, prompt_ids, room):
+        return prefill(model, [self.prompts[i] for i in prompt_ids], self.n, room, self.pad_id)
+
+    def draw(self, logits, keys, steps, stop, results, result_ids):
+        return draw_tokens(logits, *self.sampling, keys, steps, stop, results, result_ids)
+
+    def decode_step(self, decode, cache, live, token, row_result):
+        return decode_step(decode, cache, live, token, row_result, self.pad_id)
+
+
 @torch.inference_mode()
-def generate_chunk(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds,
-                   pad_id, on_token, decode):
-    """Complete one chunk of prompts: n rows each, in order prompt 0 sample 0..n-1, prompt 1, ...
+def generate_chunk(model, request, chunk, decode):
+    """Complete prompts `chunk` of the request: n rows each, in order chunk[0] sample 0..n-1, chunk[1], ...
     `decode` runs the one-token steps: the model itself, or its torch.compile'd forward."""
-    device = model.lm_head.weight.device
-    cache, logits = prefill(model, prompts, n, max_new_tokens, pad_id)
-    B = len(prompts)
-    results = [Completion(prompt_index=b) for b in range(B) for _ in range(n)]
-    keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # (B * n,), follows the rows
-    row_result = torch.arange(B * n, device=device)  # result index of each cache row; -1 once finished
-    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-    for step in range(max_new_tokens):
+    results, keys, stop = request.start(chunk, model.lm_head.weight.device)
+    cache, logits = request.prefill(model, chunk, room=request.max_new_tokens)
+    row_result = torch.arange(len(results), device=keys.device)  # result index of each cache row; -1 once finished
+    for step in range(request.max_new_tokens):
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
-        token, done = draw_tokens(logits[live], temperature, top_p, top_k, keys[row_result[live]], step, stop,
-                                  results, row_result[live])
-        on_token(len(live), int(done.sum()))
+        token, done = request.draw(logits[live], keys[row_result[live]], step, stop, results, row_result[live])
+        request.on_token(len(live), int(done.sum()))
         row_result[live[done]] = -1
-        if step == max_new_tokens - 1 or not bool((row_result >= 0).any()):
+        if step == request.max_new_tokens - 1 or not bool((row_result >= 0).any()):
             break
-        logits, row_result = decode_step(decode, cache, live, token, row_result, pad_id)
+        logits, row_result = request.decode_step(decode, cache, live, token, row_result)
     return results
 
 
-JOIN_FRACTION = 0.25  # waiting prompts join once this share of the slots is free: each join copies the cache
+def generate_chunks(model, request, token_budget, decode):
+    """Every prompt, in chunks whose cache fits the token budget (plan_chunks), each decoded until its longest row
+    ends; the Completions in order prompt 0 sample 0..n-1, prompt 1, ..."""
+    n, results = request.n, [None] * (len(request.prompts) * request.n)
+    for chunk in plan_chunks(request.prompts, n, request.max_new_tokens, token_budget):
+        out = generate_chunk(model, request, chunk, decode)
+        for k, i in enumerate(chunk):
+            results[i * n:(i + 1) * n] = out[k * n:(k + 1) * n]
+        request.on_token.rows_done = sum(r is not None for r in results)  # rows that ran to the length count too
+    return results
 
 
-def draw_live(logits, row_result, keys, steps, sampling, stop, results, max_new_tokens, on_token):
-    """The continuous samplers' draw: the next token of every live row (row_result >= 0), counted by its own
-    token index; rows that stop or reach the budget are marked finished (-1). Returns (live rows, tokens)."""
-    live = (row_result >= 0).nonzero().squeeze(-1)
-    if not len(live):
-        return live, None
-    ids = row_result[live]
-    token, done = draw_tokens(logits[live], *sampling, keys[ids], steps[ids], stop, results, ids)
-    steps[ids] += 1
-    finished = done | (steps[ids] >= max_new_tokens)
-    on_token(len(live), int(finished.sum()))
-    row_result[live[finished]] = -1
-    return live, token
+def prompt_seeds(seed, count):
+    """One int seed per prompt: seed[i], or for an int seed a hash of (seed, i), so nearby seeds share no streams;
+    None draws a seed."""
+    if seed is None:
+        seed = int(torch.randint(2**31, ()))
+    if isinstance(seed, int):
+        index = torch.arange(count) * 0x27D4EB2F
+        seed = hash32((hash32(torch.tensor(seed & MASK32)) + index) & MASK32).tolist()
+    seeds = list(seed)
+    if len(seeds) != count or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"seed must be an int or a list of {count} ints (one per prompt), got {seed!r}")
+    return seeds
 
 
-def wants_join(waiting, free, n_live, n, slots):
-    """Waiting prompts join when all n samples of one fit and, unless nothing runs, a JOIN_FRACTION of the slots
-    is free: each join costs a prefill (and, with a KVCache, a copy of the cache)."""
-    return bool(waiting) and free >= n and (n_live == 0 or free >= max(n, JOIN_FRACTION * slots))
+class Progress:
+    """Counts drawn tokens and finished rows, and reports them to `progress`: a callable progress(tokens_done,
+    rows_done, rows_total, seconds), or True for a line on stderr every 2 seconds."""
 
+    def __init__(self, progress, rows_total):
+        self.progress, self.rows_total = progress, rows_total
+        self.tokens, self.rows_done, self.t0, self.last = 0, 0, time.time(), 0.0
 
-@torch.inference_mode()
-def generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds, pad_id,
-                   on_token, decode, slots):
-    """Continuous batching: at most `slots` rows decode together, and when enough of them have finished the
-    waiting prompts take their places (all n samples of a prompt at once, sharing its prefill), joined to the
-    running cache at its write index (KVCache.join). A row's draws depend only on (its prompt's seed, its
-    sample index, its own token index), so the completions are generate_chunk's, whatever joins when.
-    Returns the Completions in order prompt 0 sample 0..n-1, prompt 1, ..."""
-    device = model.lm_head.weight.device
-    results = [Completion(prompt_index=i) for i in range(len(prompts)) for _ in range(n)]
-    keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # by result index
-    steps = torch.zeros(len(results), dtype=torch.long, device=device)  # tokens drawn so far, by result index
-    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-    waiting, cache, logits = list(range(len(prompts))), None, None
-    row_result = torch.empty(0, dtype=torch.long, device=device)  # result index of each cache row; -1 finished
-    while True:
-        n_live = int((row_result >= 0).sum())
-        free = slots - n_live
-        if wants_join(waiting, free, n_live, n, slots):
-            keep = (row_result >= 0).nonzero().squeeze(-1)  # finished rows leave the cache here
-            old = [cache] if n_live else []
-            if n_live:
-                cache.select(keep)
-                logits = logits[keep]
-            row_result = row_result[keep]
-            take, waiting = waiting[:free // n], waiting[free // n:]
-            new_cache, new_logits = prefill(model, [prompts[i] for i in take], n, 0, pad_id)
-            cache = M.KVCache.join(old + [new_cache], room=max_new_tokens)
-            logits = torch.cat([logits, new_logits]) if n_live else new_logits
-            new_rows = torch.tensor([i * n + j for i in take for j in range(n)], dtype=torch.long, device=device)
-            row_result = torch.cat([row_result, new_rows])
-        live, token = draw_live(logits, row_result, keys, steps, (temperature, top_p, top_k), stop, results,
-                                max_new_tokens, on_token)
-        if not len(live):
-            return results
-        if bool((row_result >= 0).any()):
-            logits, row_result = decode_step(decode, cache, live, token, row_result, pad_id)
+    def __call__(self, live_rows, rows_finished):
+        self.tokens += live_rows
+        self.rows_done += rows_finished
+        if self.progress is None:
+            return
+        seconds = time.time() - self.t0
+        if callable(self.progress):
+            self.progress(self.tokens, self.rows_done, self.rows_total, seconds)
+        elif seconds - self.last > 2.0:
+            self.last = seconds
+            print(f"\rgenerate: {self.tokens} tokens, {self.rows_done}/{self.rows_total} rows done, "
+                  f"{self.tokens / max(seconds, 1e-9):.1f} tok/s", end="", file=sys.stderr, flush=True)
 
-
-def static_step(model, cache, token, graph):
-    """The decode step on a SlotCache: token (slots, 1) -> next-token logits (slots, vocab) of every row. With
-    graph=True (CUDA) the step is captured once in a CUDA graph and replayed on the same buffers: one launch
-    instead of a few hundred small kernels and their Python. The capture writes each row's slot 0 (no row is
-    live yet, so none advances), which every join overwrites."""
-    run = lambda: model(token, cache=cache, last_only=True)[:, -1]
-    if not graph:
-        return run
-    side = torch.cuda.Stream()  # warm-up (cuBLAS workspaces, lazy inits) off the capture, as CUDA graphs need
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            run()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = run()
-
-    def replay():
-        g.replay()
-        return out
-    return replay
-
-
-@torch.inference_mode()
-def generate_static(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_ids, seeds, pad_id,
-                    on_token, slots, graph):
-    """Continuous batching with a static decode step: generate_slots' joins and draws on a SlotCache of `slots`
-    rows, so every step has one shape (free rows decode padding nobody reads) and a join copies only its own
-    rows. The completions are generate_slots'. Returns them in order prompt 0 sample 0..n-1, prompt 1, ..."""
-    device = model.lm_head.weight.device
-    results = [Completion(prompt_index=i) for i in range(len(prompts)) for _ in range(n)]
-    keys = row_keys(torch.tensor(seeds, dtype=torch.int64, device=device), n)  # by result index
-    steps = torch.zeros(len(results), dtype=torch.long, device=device)  # tokens drawn so far, by result index
-    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-    cache = model.new_cache(slots, max(len(p) for p in prompts) + max_new_tokens, static=True)
-    token = torch.full((slots, 1), pad_id, dtype=torch.long, device=device)  # the step's input buffer
-    step = static_step(model, cache, token, graph)
-    logits = torch.zeros(slots, model.config.vocab_size, dtype=cache.k.dtype, device=device)
-    row_result = torch.full((slots,), -1, dtype=torch.long, device=device)  # result index of each row; -1 free
-    waiting = list(range(len(prompts)))
-    while True:
-        free = (row_result < 0).nonzero().squeeze(-1)
-        n_live = slots - len(free)
-        if wants_join(waiting, len(free), n_live, n, slots):
-            take, waiting = waiting[:len(free) // n], waiting[len(free) // n:]
-            prefilled, new_logits = prefill(model, [prompts[i] for i in take], n, 0, pad_id)
-            rows = free[:len(take) * n]
-            for i, row in enumerate(rows.tolist()):
-                cache.load(row, prefilled, i)
-            logits[rows] = new_logits.to(logits.dtype)
-            row_result[rows] = torch.tensor([i * n + j for i in take for j in range(n)], device=device)
-        live, drawn = draw_live(logits, row_result, keys, steps, (temperature, top_p, top_k), stop, results,
-                                max_new_tokens, on_token)
-        if not len(live):
-            return results
-        if bool((row_result >= 0).any()):
-            token.fill_(pad_id)
-            token[live, 0] = drawn
-            cache.live.copy_(row_result >= 0)
-            logits = step()
+    def end(self):
+        if self.progress is True:
+            print(file=sys.stderr)
 
 
 def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, n=1, stop_token_ids=(),
@@ -481,78 +431,34 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else.
     `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on
     stderr, or a callable progress(tokens_done, rows_done, rows_total, seconds).
-    `slots` (rows) turns on continuous batching (generate_slots): at most that many rows decode together and
-    waiting prompts take the places of finished rows, instead of chunks that each run until their longest row;
-    the completions are the same. 0 picks the most rows the token budget holds.
-    `static=True` is continuous batching with one fixed shape per decode step (generate_static, a SlotCache
-    of `slots` rows), the same completions again; on CUDA its step is captured in a CUDA graph. It is what
-    `compile=True` means on CUDA (static=None: static exactly then). `compile=True` elsewhere runs the decode
-    steps through torch.compile with dynamic shapes (one graph for every cache length and batch size); on a CPU
-    that is slower (README, Known gaps) and its first call compiles for minutes.
+
+    The engine, the completions the same in each: chunks (generate_chunks), unless
+    - `slots` (rows): continuous batching (batching.generate_slots): at most that many rows decode together and
+      waiting prompts take the places of finished rows, instead of chunks that each run until their longest row.
+      0 picks the most rows the token budget holds;
+    - `static=True`: continuous batching with one fixed shape per decode step (batching.generate_static, `slots`
+      rows), on CUDA captured in a CUDA graph. It is what `compile=True` means on CUDA (static=None: static
+      exactly then).
+    `compile=True` elsewhere runs the decode steps through torch.compile with dynamic shapes (one graph for every
+    cache length and batch size); on a CPU that is slower and its first call compiles for minutes
+    (research/sampler/README.md, "Continuous batching, the static step, `--compile`").
     """
     prompts = [list(p) for p in prompts]
     if not prompts:
         return []
     token_budget = token_budget or default_token_budget(model)
     check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, token_budget)
-    if seed is None:
-        seed = int(torch.randint(2**31, ()))
-    if isinstance(seed, int):  # prompt i's seed: a hash of (seed, i), so nearby seeds share no streams
-        index = torch.arange(len(prompts)) * 0x27D4EB2F
-        seed = hash32((hash32(torch.tensor(seed & MASK32)) + index) & MASK32).tolist()
-    seeds = list(seed)
-    if len(seeds) != len(prompts) or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"seed must be an int or a list of {len(prompts)} ints (one per prompt), got {seed!r}")
-    stats = dict(tokens=0, rows_done=0, t0=time.time(), last=0.0)
-    rows_total = len(prompts) * n
-
-    def on_token(live_rows, rows_finished):
-        stats["tokens"] += live_rows
-        stats["rows_done"] += rows_finished
-        if progress is None:
-            return
-        seconds = time.time() - stats["t0"]
-        if callable(progress):
-            progress(stats["tokens"], stats["rows_done"], rows_total, seconds)
-        elif seconds - stats["last"] > 2.0:
-            stats["last"] = seconds
-            print(f"\rgenerate: {stats['tokens']} tokens, {stats['rows_done']}/{rows_total} rows done, "
-                  f"{stats['tokens'] / max(seconds, 1e-9):.1f} tok/s", end="", file=sys.stderr, flush=True)
-
+    counter = Progress(progress, len(prompts) * n)
+    request = Request(prompts, n, max_new_tokens, (temperature, top_p, top_k), prompt_seeds(seed, len(prompts)),
+                      stop_token_ids, pad_id, counter)
     on_cuda = model.lm_head.weight.device.type == "cuda"
     if static or (static is None and compile and on_cuda):
-        rows = max(len(p) for p in prompts) + max_new_tokens  # a row's slots: it never moves
-        slots = min(rows_total, slots or max(n, token_budget // rows))
-        if slots < n:
-            raise ValueError(f"slots={slots} cannot hold the n={n} samples of one prompt")
-        results = generate_static(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_token_ids,
-                                  seeds, pad_id, on_token, slots, graph=on_cuda)
-        if progress is True:
-            print(file=sys.stderr)
-        return results
-    decode = torch.compile(model, dynamic=True) if compile else model  # compiled once per model, then cached
-    if slots is not None:
-        room = max(len(p) for p in prompts) + 2 * max_new_tokens  # a join can leave a row max_new_tokens behind
-        slots = min(rows_total, slots or max(n, token_budget // room))
-        if slots < n:
-            raise ValueError(f"slots={slots} cannot hold the n={n} samples of one prompt")
-        results = generate_slots(model, prompts, n, max_new_tokens, temperature, top_p, top_k, stop_token_ids, seeds,
-                                 pad_id, on_token, decode, slots)
-        if progress is True:
-            print(file=sys.stderr)
-        return results
-    results = [None] * rows_total
-    for chunk in plan_chunks(prompts, n, max_new_tokens, token_budget):
-        out = generate_chunk(model, [prompts[i] for i in chunk], n, max_new_tokens, temperature, top_p, top_k,
-                             stop_token_ids, [seeds[i] for i in chunk], pad_id, on_token, decode)
-        for c in out:
-            i = chunk[c.prompt_index]
-            c.prompt_index = i
-            j = i * n
-            while results[j] is not None:
-                j += 1
-            results[j] = c
-        stats["rows_done"] = sum(r is not None for r in results)
-    if progress is True:
-        print(file=sys.stderr)
+        results = batching.generate_static(model, request, token_budget, slots, graph=on_cuda)
+    else:
+        decode = torch.compile(model, dynamic=True) if compile else model  # compiled once per model, then cached
+        if slots is not None:
+            results = batching.generate_slots(model, request, token_budget, slots, decode)
+        else:
+            results = generate_chunks(model, request, token_budget, decode)
+    counter.end()
     return results

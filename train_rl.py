@@ -14,15 +14,16 @@ CISPO, RLOO, ...; `python objectives.py` lists them).
 
 One step, in the order the code below runs it:
     draw P problems -> prompt text -> token ids -> sample G completions each with their log-probs (sample.py)
-    -> grade them (verify.py): rewards -> group advantages (objectives.py) -> loss over the completion tokens
-    -> AdamW step -> metrics, samples and checkpoints (runs.py).
+    -> grade them (verify.py) and pay them (reward.py) -> group advantages (objectives.py) -> loss over the
+    completion tokens and an AdamW step (update.py) -> metrics, samples and checkpoints (runs.py).
 
     python train_rl.py --objective drgrpo --model tiny   # the embedded tiny world, CPU, 2 minutes
     python train_rl.py --objective drgrpo                # Qwen3-0.6B-Base, the first 50 Algebra problems of MATH
 MATH-500 is held out: the training pool is checked against it; --eval-every evaluates on a validation split
-carved from the training pool. Options the loop imports: curriculum.py (problem selection, replay, reward
-controls), looped.py (--loop), lora.py (--lora-rank), distributed.py (torchrun, --fsdp). What research/ calls:
-train, rl_step, policy_update, sft_update (the distillation step), rollout_tensors, micro_batches, lr_at, set_lr,
+carved from the training pool. Each option brings its flags in its own config and enters by a named call:
+curriculum.py (problem selection, replay, dynamic sampling), looped.py (--loop), lora.py (--lora-rank),
+distributed.py (torchrun, --fsdp), diversity.py (--dispersion-every). What research/ calls: train, rl_step,
+policy_update, sft_update (the distillation step), sequence_tensors, rollout_tensors, micro_batches, lr_at, set_lr,
 flag_defaults, Config.
 """
 
@@ -46,24 +47,44 @@ import looped
 import lora
 import objectives
 import problems
+import reward
 import runs
 import verify
-from diversity import group_dispersion, group_diversity
-from model import flops_per_token, token_logprobs
 from curriculum import SelectionConfig
+from distributed import DistributedConfig
+from diversity import DiversityConfig, group_dispersion, group_diversity
+from looped import LoopConfig
+from lora import LoraConfig
+from model import flops_per_token, token_logprobs
 from objectives import OBJECTIVES, ObjectiveConfig
-from sample import generate, pack_by_length
+from reward import RewardConfig
+from sample import generate
+from update import Example, sequence_tensors, sft_update  # noqa: F401 (research/ calls them as train_rl's)
+from update import autocast, micro_batches, policy_update, rollout_tensors
 
-data_arg, reward_arg, sampling_arg, optim_arg, run_arg = map(cli.arg_group, (
-    "model and data", "reward", "sampling", "optimization", "run"))
+data_arg, sampling_arg, optim_arg, run_arg, speed_arg = map(cli.arg_group, (
+    "model and data", "sampling", "optimization", "run", "speed and memory"))
 
 
 @dataclass
-class Config(ObjectiveConfig, SelectionConfig):
-    """Every setting of a run: the objective's flags are declared in objectives.py, problem selection's and replay's
-    in curriculum.py, the rest here."""
-    HELP_GROUPS = ("model and data", "reward", "objective", "sampling", "problem selection and replay",
-                   "optimization", "run")  # the order --help shows them in
+class SpeedConfig:
+    """train_rl.py's speed and memory switches (train_rl.Config inherits them): none changes what is computed,
+    except the micro-batch size, which moves float summation order."""
+    compile: bool = speed_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
+    micro_batch_tokens: int = speed_arg(4096, "padded tokens per forward/backward micro-batch (gradient "
+                                              "accumulation)", range="[1, inf)")
+    skip_zero_advantage: bool = speed_arg(True, "leave rows with zero advantage out of the backward (same gradient)")
+    grad_checkpointing: bool = speed_arg(False, "recompute activations in backward to save memory")
+
+
+@dataclass
+class Config(RewardConfig, ObjectiveConfig, SelectionConfig, SpeedConfig, LoopConfig, LoraConfig, DistributedConfig,
+             DiversityConfig):
+    """Every setting of a run. Its own fields are what every run uses; each option brings its flags from its own
+    module (reward.py, objectives.py, curriculum.py, looped.py, lora.py, distributed.py, diversity.py)."""
+    HELP_GROUPS = ("model and data", "sampling", "optimization", "run", "reward", "objective",
+                   "problem selection and replay", "speed and memory", "looped depth", "LoRA", "several GPUs",
+                   "diversity")  # the order --help shows them in: the plain run first
     model: str = data_arg(checkpoint.DEFAULT_MODEL, "Hugging Face repo id, local checkpoint directory, tiny or "
                                                     "tiny-ladder")
     dataset: str = data_arg("math_train", "training pool: a data set name (problems.py) or a .jsonl path")
@@ -74,12 +95,6 @@ class Config(ObjectiveConfig, SelectionConfig):
                              range="[0, inf)")
     test_dataset: str = data_arg("", "evaluated before and after training, never used for a choice ('': none)")
     template: str = data_arg("base", "prompt template", choices=problems.TEMPLATES)
-    grader: str = reward_arg("answer", "reward and validation rule: answer (the final answer, verify.grade) or steps "
-                                       "(the tiny ladder's: the worked lines must be the problem's chain too)",
-                             choices=verify.GRADERS)
-    reward: str = reward_arg("verifier", "what the learner is paid for: verifier (the true reward), or the controls "
-                                         "random (a seeded fair coin) and format (any final \\boxed{}); accuracy is "
-                                         "always the verifier's", choices=curriculum.REWARDS)
     steps: int = sampling_arg(50, "optimizer updates (one batch of rollouts each)", range="[1, inf)")
     problems_per_step: int = sampling_arg(1, "P: problems drawn per step", range="[1, inf)")
     group_size: int = sampling_arg(8, "G: completions sampled per problem", range="[1, inf)")
@@ -87,25 +102,12 @@ class Config(ObjectiveConfig, SelectionConfig):
                                        range="[1, inf)")
     temperature: float = sampling_arg(1.0, "sampling temperature for rollouts", range="(0, inf)")
     top_p: float = sampling_arg(1.0, "nucleus sampling mass for rollouts, in (0, 1]", range="(0, 1]")
-    compile: bool = sampling_arg(False, "the sampler's static decode step in a CUDA graph (slower on a CPU)")
     lr: float = optim_arg(1e-5, "peak learning rate of AdamW", range="[0, inf)")
     weight_decay: float = optim_arg(0.0, "AdamW weight decay", range="[0, inf)")
     warmup_steps: int = optim_arg(0, "linear warmup steps", range="[0, inf)")
     schedule: str = optim_arg("constant", "after warmup: constant, or cosine / linear decay to 0",
                               choices=("constant", "cosine", "linear"))
     grad_clip: float = optim_arg(1.0, "max gradient norm (0: no clipping)", range="[0, inf)")
-    micro_batch_tokens: int = optim_arg(4096, "padded tokens per forward/backward micro-batch (gradient accumulation)",
-                                        range="[1, inf)")
-    skip_zero_advantage: bool = optim_arg(True, "leave rows with zero advantage out of the backward (same gradient)")
-    grad_checkpointing: bool = optim_arg(False, "recompute activations in backward to save memory")
-    fsdp: bool = optim_arg(False, "under torchrun: shard parameters, gradients and optimizer state (FSDP2)")
-    lora_rank: int = optim_arg(0, "LoRA rank (0: full fine-tuning)", range="[0, inf)")
-    lora_alpha: float = optim_arg(16.0, "LoRA alpha (the update is scaled by alpha / rank)")
-    loop: str = optim_arg("", "looped depth START:END:N: layers [START, END) run N times, weights shared, gates zero so "
-                              "training starts from exactly --model (looped.py; '': plain)")
-    loop_lr: float = optim_arg(0.0, "learning rate of the loop's gates and embeddings (0: --lr)", range="[0, inf)")
-    loop_lora_rank: int = optim_arg(0, "--loop: a LoRA adapter per extra loop on the looped layers (0: none)",
-                                    range="[0, inf)")
     seed: int = run_arg(0, "seed for data order, sampling and initialization", range="[0, 4294967295]")
     device: str = run_arg("", "cuda, cuda:N or cpu ('': cuda when available)")
     threads: int = run_arg(0, "torch CPU threads (0: one per core); on a machine another job keeps busy, 1 is faster "
@@ -119,8 +121,6 @@ class Config(ObjectiveConfig, SelectionConfig):
     eval_max_new_tokens: int = run_arg(0, "generation budget for evaluation (0: --max-new-tokens)", range="[0, inf)")
     eval_group_by: str = run_arg("source", "also log validation accuracy per value of this problem field ('': no)")
     samples_per_step: int = run_arg(2, "completions per step written to samples.jsonl", range="[0, inf)")
-    dispersion_every: int = run_arg(10, "every N steps log the groups' embedding dispersion (diversity.py; about 0.7x "
-                                        "the step's sampling on the tiny world; 0: never)", range="[0, inf)")
 
 
 # The embedded tiny world (--model tiny, tiny-ladder, or a model trained from them) brings its own defaults, and
@@ -134,6 +134,20 @@ LADDER_DEFAULTS = dict(val_dataset="tiny_ladder_val", test_dataset="tiny_ladder_
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "keep_checkpoints", "eval_every", "samples_per_step", "device", "out",
              "fsdp", "compile", "dispersion_every"}
+
+
+@dataclass
+class Run:
+    """What every step of a run uses, built once by train()."""
+    cfg: Config
+    policy: torch.nn.Module  # the fp32 model trained (with LoRA adapters, looped or sharded as the flags say)
+    sampler: torch.nn.Module  # the copy that samples (distributed.sampling_copy): the policy itself on a CPU
+    reference: torch.nn.Module | None  # the frozen initial policy, with --kl-coef > 0
+    optimizer: torch.optim.Optimizer  # AdamW
+    tokenizer: object  # checkpoint.load_tokenizer's
+    train_set: list  # the training pool's problem rows
+    device: str
+    selection: dict  # the data state (curriculum.new_selection): 'pass_rates' and 'replay', each when on
 
 
 # -----------------------------------------------------------------------------
@@ -150,6 +164,21 @@ def problems_for_step(n_train, step, per_step, seed):
     return out
 
 
+def choose_problems(run, step, draw, fresh):
+    """The problem selector: P indices for one draw of a step. Uniform by default: the epoch's permutation
+    (problems_for_step), and on dynamic sampling's extra draws a permutation seeded by (seed, step, draw), so a
+    resumed run draws the same. --select pass_rate: the pass-rate table's draw, leaving out the problems of the
+    groups already drawn this step (fresh)."""
+    cfg = run.cfg
+    gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)  # a function of the step
+    pass_rates = run.selection.get("pass_rates")
+    if pass_rates is not None:
+        return pass_rates.draw(cfg.problems_per_step, gen, exclude={pass_rates.index[g[0].problem["id"]] for g in fresh})
+    if draw == 0:
+        return problems_for_step(len(run.train_set), step, cfg.problems_per_step, cfg.seed)
+    return torch.randperm(len(run.train_set), generator=gen)[:cfg.problems_per_step].tolist()
+
+
 # -----------------------------------------------------------------------------
 # 2-3. Prompts -> token ids -> G sampled completions per problem
 
@@ -160,197 +189,103 @@ def sampling_seeds(cfg, step, draw, n):
     return [(((cfg.seed * 1_000_003 + step) * 1_009 + draw) * 100_003 + k) % 2**32 for k in range(n)]
 
 
+@dataclass
+class Rollout:
+    """One sampled completion of one problem, and what the step learns of it."""
+    problem: dict  # the problem row (id, problem, answer, ...)
+    prompt: list  # the prompt's token ids
+    tokens: list  # the completion's token ids
+    text: str  # the completion, decoded
+    finish_reason: str  # "stop" (a stop token) or "length" (the budget ran out)
+    sampler_logprobs: list  # per completion token, the log-prob the sampler drew it with
+    seed: int  # the problem's sampling seed (sampling_seeds)
+    sample: int  # its index in the group of G
+    correct: bool = False  # the verifier's verdict (reward.score): the logged accuracy
+    boxed: bool = False  # it has a final \boxed{} answer
+    passed: bool = False  # what the learner counts as a success: the verdict, or --reward random / format's
+    reward: float = 0.0  # the reward table's sum (reward.py)
+    advantage: float = 0.0  # the objective's, from its group's rewards (step 5)
+    kl: float = 0.0  # --kl-in reward: its KL estimate to the reference, summed over its tokens
+    replayed: bool = False  # a past success put in by replay (curriculum.ReplayBuffer)
+    behavior_logprobs: list | None = None  # the policy that drew it, when not this update's (old_logprobs)
+
+
 def collect_rollouts(sampler, tokenizer, batch, cfg, seeds):
-    """Sample G completions per problem (problem k with seeds[k]): a list of dicts, problem-major."""
+    """Sample G completions per problem (problem k with seeds[k]): Rollouts, problem-major."""
     prompts = [tokenizer.encode(problems.format_prompt(p["problem"], cfg.template)) for p in batch]
     completions = generate(sampler, prompts, cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                            n=cfg.group_size, stop_token_ids=tokenizer.stop_token_ids(chat=cfg.template != "base"),
                            seed=seeds, pad_id=tokenizer.pad_id, compile=cfg.compile)
-    return [dict(problem=batch[c.prompt_index], prompt=prompts[c.prompt_index], tokens=c.tokens,
-                 sampler_logprobs=c.logprobs, finish_reason=c.finish_reason, text=tokenizer.decode(c.tokens),
-                 seed=seeds[c.prompt_index], sample=j % cfg.group_size)
+    return [Rollout(problem=batch[c.prompt_index], prompt=prompts[c.prompt_index], tokens=c.tokens,
+                    text=tokenizer.decode(c.tokens), finish_reason=c.finish_reason, sampler_logprobs=c.logprobs,
+                    seed=seeds[c.prompt_index], sample=j % cfg.group_size)
             for j, c in enumerate(completions)]
 
 
 # -----------------------------------------------------------------------------
-# 4. Completions -> rewards
+# 4. Completions -> rewards (reward.py), and the draw with its options
 
 
-def score_rollouts(rollouts, cfg):
-    """Grade each rollout and set its reward: correctness, minus the format and overlong penalties. 'pass' is
-    what the learner counts as a success: the verifier's verdict, or under --reward random / format the
-    control's (whose reward is then 1 or 0); 'correct' stays the verifier's, for the logged accuracy."""
-    correct, rewards = verify.grade_with(cfg.grader, [r["text"] for r in rollouts], [r["problem"] for r in rollouts],
-                                         cfg.format_penalty)
-    for r, ok, paid in zip(rollouts, correct, rewards):
-        r.update(correct=bool(ok), boxed=verify.extract_answer(r["text"]) is not None)
-        r["pass"] = curriculum.control_pass(cfg.reward, r)
-        paid = paid if cfg.reward == "verifier" else float(r["pass"])
-        r["reward"] = float(paid + objectives.overlong_penalty(len(r["tokens"]), cfg.max_new_tokens, cfg.overlong_buffer))
+def sample_and_score(run, batch, seeds, seconds):
+    """Steps 2-4 for a list of problems: each rank samples and grades its share, each problem with its own seed;
+    every rank gets the whole list back, so all make the same choices after. Adds to seconds' two timers."""
+    t0 = time.time()
+    rollouts = collect_rollouts(run.sampler, run.tokenizer, D.rank_share(batch), run.cfg, D.rank_share(seeds))
+    t1 = time.time()
+    reward.score(rollouts, run.cfg)  # sets correct, boxed, passed and reward
+    seconds["sampling"] += t1 - t0
+    seconds["verifying"] += time.time() - t1
+    return D.gather_lists(rollouts)
 
 
-def draw_rollouts(sampler, tokenizer, train_set, cfg, step, selection):
+def draw_rollouts(run, step):
     """Steps 1-4 for one step: (every rollout drawn, the batch to learn from, groups given a replayed success,
-    seconds spent sampling and verifying). Without dynamic sampling both lists are the G samples of the step's
-    P problems, drawn uniformly or by the pass-rate table. With --replay-fraction some groups get a past success in
-    place of a fresh wrong sample (curriculum.ReplayBuffer). With dynamic sampling (DAPO sec. 3.2) groups that are
-    all right or all wrong are then dropped and more problems drawn, at most --max-draws times, until P groups are
-    mixed. Every fresh group updates the pass-rate table and the replay buffer, after the step's choices."""
-    pass_rates, replay = selection.get("pass_rates"), selection.get("replay")
-    G, drawn, batch_groups, fresh, replayed = cfg.group_size, [], [], [], 0
+    seconds spent sampling and verifying). Plainly one draw, whose P groups of G are the batch. The options enter
+    by name: replay puts a past success in some groups (curriculum.replay), dynamic sampling keeps only mixed
+    groups and draws again, at most --max-draws times (curriculum.keep_mixed), and every fresh group updates the
+    data state after the step's choices (curriculum.update_selection)."""
+    G, P = run.cfg.group_size, run.cfg.problems_per_step
+    drawn, fresh, batch_groups, replayed = [], [], [], 0
     seconds = dict(sampling=0.0, verifying=0.0)
-    for draw in range(cfg.max_draws if cfg.dynamic_sampling else 1):
-        gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)  # a function of the step
-        if pass_rates is not None:
-            idx = pass_rates.draw(cfg.problems_per_step, gen, exclude={pass_rates.index[g[0]["problem"]["id"]]
-                                                                       for g in fresh})
-        elif draw == 0:
-            idx = problems_for_step(len(train_set), step, cfg.problems_per_step, cfg.seed)
-        else:  # extra draws: a permutation seeded by (seed, step, draw), so a resumed run draws the same
-            idx = torch.randperm(len(train_set), generator=gen)[:cfg.problems_per_step].tolist()
-        t0 = time.time()  # each rank samples and grades its share of the problems, each with its own seed
-        rollouts = collect_rollouts(sampler, tokenizer, D.rank_share([train_set[i] for i in idx]), cfg,
-                                    D.rank_share(sampling_seeds(cfg, step, draw, len(idx))))
-        t1 = time.time()
-        score_rollouts(rollouts, cfg)
-        seconds["sampling"] += t1 - t0
-        seconds["verifying"] += time.time() - t1
-        rollouts = D.gather_lists(rollouts)  # every rank has the whole draw, so all make the same choices below
+    for draw in range(curriculum.draws_per_step(run.cfg)):
+        idx = choose_problems(run, step, draw, fresh)
+        rollouts = sample_and_score(run, [run.train_set[i] for i in idx], sampling_seeds(run.cfg, step, draw, len(idx)),
+                                    seconds)
         drawn += rollouts
         groups = [rollouts[i:i + G] for i in range(0, len(rollouts), G)]
         fresh += [list(g) for g in groups]  # the samples as drawn, before replay changes the groups
-        if replay is not None:
-            replayed += replay.apply(groups, cfg.replay_fraction)
-        if cfg.dynamic_sampling:
-            groups = [g for g in groups if 0 < sum(r["pass"] for r in g) < G]
-        batch_groups += groups[:cfg.problems_per_step - len(batch_groups)]
-        if len(batch_groups) == cfg.problems_per_step:
+        replayed += curriculum.replay(run.selection, groups, run.cfg)
+        batch_groups += curriculum.keep_mixed(groups, run.cfg)[:P - len(batch_groups)]
+        if len(batch_groups) == P:
             break
-    if pass_rates is not None:
-        pass_rates.update(fresh)
-    if replay is not None:
-        replay.add(fresh, step + 1)
+    curriculum.update_selection(run.selection, fresh, step)
     return drawn, [r for g in batch_groups for r in g], replayed, seconds
 
 
-# -----------------------------------------------------------------------------
-# 5-6. Advantages -> the objective's loss over the completion tokens -> an AdamW step
-
-
-def micro_batches(rows, budget):
-    """Pack rollouts (longest first) into micro-batches of at most `budget` padded tokens."""
-    groups = pack_by_length([len(r["prompt"]) + len(r["tokens"]) for r in rows], budget)
-    return [[rows[i] for i in g] for g in groups]
-
-
-def rollout_tensors(rows, pad_id, device):
-    """Right-padded prompt+completion ids (B, T), and over the targets ids[:, 1:] the completion mask and the
-    sampler's log-probs (B, T-1)."""
-    T = max(len(r["prompt"]) + len(r["tokens"]) for r in rows)
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    mask, sampler_logp = torch.zeros(len(rows), T - 1), torch.zeros(len(rows), T - 1)
-    for i, r in enumerate(rows):
-        seq, start = r["prompt"] + r["tokens"], len(r["prompt"]) - 1
-        ids[i, :len(seq)] = torch.tensor(seq)
-        mask[i, start:len(seq) - 1] = 1.0  # targets that are completion tokens
-        sampler_logp[i, start:len(seq) - 1] = torch.tensor(r["sampler_logprobs"], dtype=torch.float32)
-    return ids.to(device), mask.to(device), sampler_logp.to(device)
-
-
-def autocast(device):
-    """bf16 autocast on CUDA (fp32 master weights), plain fp32 on CPU."""
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
-
-
 @torch.no_grad()
-def add_reference_kl(reference, rows, cfg, device, pad_id):
-    """--kl-in reward: r["kl"] = the KL estimate of each rollout summed over its tokens, and the reward pays
-    beta times it (the per-sequence form of the KL-in-reward of REINFORCE++ and InstructGPT)."""
-    for rb in micro_batches(rows, cfg.micro_batch_tokens):
-        ids, mask, sampler_logp = rollout_tensors(rb, pad_id, device)
-        with autocast(device):
-            ref_logp, _ = token_logprobs(reference, ids)
-        kl = (objectives.kl_estimate(sampler_logp, ref_logp.float(), cfg.kl_estimator) * mask).sum(-1)
+def reference_kl(run, rows):
+    """r.kl = each rollout's KL estimate to the reference, summed over its tokens (on the sampler's samples)."""
+    for rb in micro_batches(rows, run.cfg.micro_batch_tokens):
+        ids, mask, sampler_logp = rollout_tensors(rb, run.tokenizer.pad_id, run.device)
+        with autocast(run.device):
+            ref_logp, _ = token_logprobs(run.reference, ids)
+        kl = (objectives.kl_estimate(sampler_logp, ref_logp.float(), run.cfg.kl_estimator) * mask).sum(-1)
         for r, k in zip(rb, kl.tolist()):
-            r.update(kl=k, reward=r["reward"] - cfg.kl_coef * k)
+            r.kl = k
 
 
-def policy_update(policy, reference, optimizer, rows, n_sequences, n_tokens, cfg, device, pad_id):
-    """mu = --epochs-per-batch epochs over the batch, each one optimizer step with gradients accumulated over
-    micro-batches; returns the step's loss, entropy, clip fraction, KL, gradient norm and tokens trained on.
-    rows carry 'advantage'; n_sequences and n_tokens count the whole batch (rows may leave out zero-advantage
-    ones, and with several ranks hold this rank's share of it), so every micro-batch's loss is its share."""
-    objective = OBJECTIVES[cfg.objective]
-    batches = micro_batches(rows, cfg.micro_batch_tokens)
-    if D.is_sharded(policy):  # FSDP: every rank must run as many forward/backward passes as the others
-        batches += [[]] * (D.reduce_numbers([len(batches)], "max")[0] - len(batches))
-    stats = dict(loss=0.0, entropy=0.0, clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
-    old = {}  # log-probs of the policy that drew the batch, per micro-batch (for mu > 1)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    policy.train()
-    for epoch in range(cfg.epochs_per_batch):
-        optimizer.zero_grad(set_to_none=True)
-        epoch_loss, seen, ent, clipped, kl = 0.0, 0, 0.0, 0.0, 0.0
-        for j, rb in enumerate(batches):
-            if not rb:  # FSDP padding: a pass with zero gradient that joins the other ranks' collectives
-                token_logprobs(policy, torch.full((1, 2), pad_id, device=device))[0].sum().mul(0).backward()
-                continue
-            ids, mask, sampler_logp = rollout_tensors(rb, pad_id, device)
-            with autocast(device):
-                logp, entropy = token_logprobs(policy, ids)  # (B, T-1) each
-                ref_logp = None
-                if reference is not None and cfg.kl_in == "loss":
-                    with torch.no_grad():
-                        ref_logp = token_logprobs(reference, ids)[0].float()
-            logp = logp.float()
-            replayed = torch.tensor([r.get("replayed", False) for r in rb], device=device)[:, None]
-            # epoch 0: the current policy, so rho = 1; a replayed rollout's ratio is to the policy that sampled it
-            old_logp = old.setdefault(j, torch.where(replayed, sampler_logp, logp.detach()))
-            tis = objectives.truncated_is_weights(old_logp, sampler_logp, mask, cfg.tis_cap)
-            b = dict(logp=logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask, n_sequences=n_sequences,
-                     n_tokens=n_tokens, tis=tis, adv=torch.tensor([r["advantage"] for r in rb], device=device))
-            loss = objective.loss(b, cfg)
-            if not torch.isfinite(loss):
-                stats["nonfinite"] = True
-                if not D.is_sharded(policy):
-                    break
-                loss = logp.sum() * 0  # FSDP: still join this pass's collectives; the update is skipped below
-            loss.backward()
-            epoch_loss += loss.item()
-            m = mask.bool()
-            seen += int(m.sum())
-            ent += float(entropy.float()[m].sum())
-            ratio = torch.exp(logp.detach() - old_logp)[m]
-            clipped += float(((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float().sum())
-            if ref_logp is not None:
-                kl += float(objectives.kl_estimate(logp.detach(), ref_logp, cfg.kl_estimator)[m].sum())
-        # each rank saw its share of the batch: add up the shares, and skip the update on every rank or on none
-        epoch_loss, seen, ent, clipped, kl, stats["nonfinite"] = D.reduce_numbers(
-            [epoch_loss, seen, ent, clipped, kl, stats["nonfinite"]])
-        D.all_reduce_gradients(policy)
-        grad_norm = D.whole(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
-        if stats["nonfinite"] or not torch.isfinite(grad_norm):
-            stats["nonfinite"] = True  # skip the update: a NaN/inf step is logged, never applied or saved
-            optimizer.zero_grad(set_to_none=True)
-            break
-        optimizer.step()
-        if epoch == 0:
-            stats.update(loss=epoch_loss, entropy=ent / max(seen, 1), grad_norm=float(grad_norm),
-                         tokens=seen, kl=kl / max(seen, 1))
-        stats["clip_fraction"] = clipped / max(seen, 1)  # of the last epoch (0 when mu = 1)
-    optimizer.zero_grad(set_to_none=True)
-    policy.eval()
-    return stats
+def add_reference_kl(run, batch):
+    """--kl-in reward: each rank scores its share (reference_kl), all get every value, and the reward table pays
+    -beta times it (reward.add_kl; the per-sequence KL-in-reward of REINFORCE++ and InstructGPT)."""
+    share = D.rank_share(batch)
+    reference_kl(run, share)
+    for r, kl in zip(batch, D.gather_lists([r.kl for r in share])):
+        r.kl = kl
+    reward.add_kl(batch, run.cfg)
 
 
-def sft_update(policy, optimizer, traces, cfg, device, pad_id):
-    """One optimizer step of next-token loss on traces (dicts with prompt, tokens and sampler_logprobs ids), the
-    prompt masked: the distillation step of research/rounds. It is policy_update with advantage 1 on every trace
-    under the CISPO loss: at ratio 1 its weight is 1, so the loss is the token-mean negative log-likelihood
-    -sum(log p) / tokens. cfg: a Config with objective "cispo" and the optimization settings."""
-    rows = [dict(t, advantage=1.0) for t in traces]
-    return policy_update(policy, None, optimizer, rows, len(rows), sum(len(t["tokens"]) for t in rows), cfg, device,
-                         pad_id)
+# -----------------------------------------------------------------------------
+# 5-6. Advantages (objectives.py) -> the objective's loss -> an AdamW step (update.py); the learning rate
 
 
 def lr_at(step, cfg):
@@ -380,34 +315,36 @@ def is_direct_answer(text):
     return text.lstrip().startswith("\\boxed")
 
 
-def step_metrics(drawn, batch, stats, seconds, replayed, unverified, selection, cfg, step, policy, totals):
-    """One line of metrics.jsonl (README, "What a run writes")."""
-    G, n = cfg.group_size, len(drawn)
-    lengths = [len(r["tokens"]) for r in drawn]
-    mixed = [len({r["reward"] for r in drawn[i:i + G]}) > 1 for i in range(0, n, G)]  # groups with a signal
+def step_metrics(run, step, drawn, batch, stats, totals):
+    """One line of metrics.jsonl: rewards, accuracy, lengths, diversity, the update's statistics, seconds and the
+    compute totals so far. stats: policy_update's, with the step's seconds, replayed groups and unverified checks."""
+    cfg, G, n = run.cfg, run.cfg.group_size, len(drawn)
+    lengths = [len(r.tokens) for r in drawn]
+    mixed = [len({r.reward for r in drawn[i:i + G]}) > 1 for i in range(0, n, G)]  # groups with a signal
+    seconds = stats["seconds"]
     return dict(
-        step=step + 1, reward_mean=sum(r["reward"] for r in drawn) / n, accuracy=sum(r["correct"] for r in drawn) / n,
-        format_failure_rate=sum(not r["boxed"] for r in drawn) / n,
-        direct_answer_rate=sum(is_direct_answer(r["text"]) for r in drawn) / n,
+        step=step + 1, reward_mean=sum(r.reward for r in drawn) / n, accuracy=sum(r.correct for r in drawn) / n,
+        format_failure_rate=sum(not r.boxed for r in drawn) / n,
+        direct_answer_rate=sum(is_direct_answer(r.text) for r in drawn) / n,
         response_tokens_mean=sum(lengths) / n, response_tokens_max=max(lengths),
-        truncation_rate=sum(r["finish_reason"] == "length" for r in drawn) / n,
+        truncation_rate=sum(r.finish_reason == "length" for r in drawn) / n,
         mixed_groups=sum(mixed) / len(mixed), draws=n // (G * cfg.problems_per_step), batch_groups=len(batch) // G,
-        **curriculum.selection_metrics(selection, replayed), **group_diversity(drawn, G),
+        **curriculum.selection_metrics(run.selection, stats["replayed"]), **group_diversity(drawn, G),
         **({"group_dispersion": stats["group_dispersion"]} if "group_dispersion" in stats else {}),
         entropy=stats["entropy"], clip_fraction=stats["clip_fraction"], **({"kl": stats["kl"]} if cfg.kl_coef else {}),
         loss=stats["loss"], grad_norm=stats["grad_norm"], lr=lr_at(step, cfg),
         skipped_update=stats["skipped"],
         sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"],
         training_seconds=seconds["training"], tokens_per_second=sum(lengths) / max(seconds["sampling"], 1e-9),
-        verifier_errors=unverified, **looped.loop_metrics(policy), **totals,
+        verifier_errors=stats["unverified"], **looped.loop_metrics(run.policy), **totals,
         **({"peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30} if torch.cuda.is_available() else {}))
 
 
 def add_compute(totals, drawn, trained_tokens, cfg, config):
     """The running totals after a step: generated tokens, training tokens and FLOPs (model.flops_per_token at the
     step's mean context, each training token counted once per epoch)."""
-    lengths = [len(r["tokens"]) for r in drawn]
-    context = sum(len(r["prompt"]) for r in drawn) / len(drawn) + sum(lengths) / len(lengths) / 2
+    lengths = [len(r.tokens) for r in drawn]
+    context = sum(len(r.prompt) for r in drawn) / len(drawn) + sum(lengths) / len(lengths) / 2
     return dict(generated_tokens=totals["generated_tokens"] + sum(lengths),
                 training_tokens=totals["training_tokens"] + trained_tokens * cfg.epochs_per_batch,
                 flops=totals["flops"] + (sum(lengths) * flops_per_token(config, context) + trained_tokens
@@ -418,44 +355,40 @@ def add_compute(totals, drawn, trained_tokens, cfg, config):
 # One RL step, steps 1-7 in order
 
 
-def rl_step(policy, sampler, reference, optimizer, tokenizer, train_set, cfg, step, device, selection, totals):
+def rl_step(run, step, totals):
     """Problems -> rollouts -> rewards -> advantages -> loss -> AdamW step; returns (the rollouts drawn, the step's
-    metrics with the compute totals so far). selection holds the data state (curriculum.py): 'pass_rates' and
-    'replay' when they are on; totals the compute before this step (add_compute)."""
-    set_lr(optimizer, lr_at(step, cfg))
-    # 1-4. P problems -> prompts -> G samples each -> graded, rewarded (dynamic sampling and replay inside)
+    metrics with the compute totals so far). totals: the compute before this step (add_compute)."""
+    cfg = run.cfg
+    set_lr(run.optimizer, lr_at(step, cfg))
+    # 1-4. P problems -> prompts -> G samples each -> graded, rewarded (the options: draw_rollouts)
     unverified = sum(verify.ERRORS.values())
-    drawn, batch, replayed, seconds = draw_rollouts(sampler, tokenizer, train_set, cfg, step, selection)
+    drawn, batch, replayed, seconds = draw_rollouts(run, step)
     unverified = sum(D.gather_lists([sum(verify.ERRORS.values()) - unverified]))  # checks with no verdict, all ranks
     t0 = time.time()
-    if reference is not None and cfg.kl_in == "reward":  # each rank scores its share; all get every result
-        share = D.rank_share(batch)
-        add_reference_kl(reference, share, cfg, device, tokenizer.pad_id)
-        for r, (kl, reward) in zip(batch, D.gather_lists([(s["kl"], s["reward"]) for s in share])):
-            r.update(kl=kl, reward=reward)
-    # 5. advantages, per group of G
-    rewards = torch.tensor([r["reward"] for r in batch], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
-    correct = torch.tensor([r["pass"] for r in batch], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
-    advantages = OBJECTIVES[cfg.objective].advantages(rewards, correct, cfg) if batch else rewards  # (P, G)
+    if run.reference is not None and cfg.kl_in == "reward":
+        add_reference_kl(run, batch)
+    # 5. advantages, per group of G, from the rewards and from what passed (the verdict, or a control's)
+    rewards = torch.tensor([r.reward for r in batch], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
+    passed = torch.tensor([r.passed for r in batch], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
+    advantages = OBJECTIVES[cfg.objective].advantages(rewards, passed, cfg) if batch else rewards  # (P, G)
     for r, a in zip(batch, advantages.flatten().tolist()):
-        r["advantage"] = a
+        r.advantage = a
     # 6. loss and AdamW step; a zero-advantage row adds nothing to the gradient unless a KL loss term needs it
-    kl_in_loss = reference is not None and cfg.kl_in == "loss"
-    trained = [r for r in batch if r["advantage"] != 0 or kl_in_loss or not cfg.skip_zero_advantage]
-    batch_tokens = sum(len(r["tokens"]) for r in batch)  # the token-level losses' denominator
+    kl_in_loss = run.reference is not None and cfg.kl_in == "loss"
+    trained = [r for r in batch if r.advantage != 0 or kl_in_loss or not cfg.skip_zero_advantage]
+    batch_tokens = sum(len(r.tokens) for r in batch)  # the token-level losses' denominator
     stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
     if trained:
-        stats = policy_update(policy, reference, optimizer, D.rank_share(trained), len(batch), batch_tokens, cfg,
-                              device, tokenizer.pad_id)
-    if reference is not None and cfg.kl_in == "reward":
-        stats["kl"] = sum(r["kl"] for r in batch) / max(1, batch_tokens)
+        stats = policy_update(run, D.rank_share(trained), len(batch), batch_tokens)
+    if run.reference is not None and cfg.kl_in == "reward":
+        stats["kl"] = sum(r.kl for r in batch) / max(1, batch_tokens)
     seconds["training"] = time.time() - t0
     if cfg.dispersion_every and (step + 1) % cfg.dispersion_every == 0:
-        stats["group_dispersion"] = group_dispersion(sampler, drawn, cfg.group_size)
-    stats["skipped"] = stats["nonfinite"] or not trained
+        stats["group_dispersion"] = group_dispersion(run.sampler, drawn, cfg.group_size)
+    stats.update(skipped=stats["nonfinite"] or not trained, seconds=seconds, replayed=replayed, unverified=unverified)
     # 7. metrics
-    totals = add_compute(totals, drawn, stats["tokens"], cfg, policy.config)
-    return drawn, step_metrics(drawn, batch, stats, seconds, replayed, unverified, selection, cfg, step, policy, totals)
+    totals = add_compute(totals, drawn, stats["tokens"], cfg, run.policy.config)
+    return drawn, step_metrics(run, step, drawn, batch, stats, totals)
 
 
 # -----------------------------------------------------------------------------
@@ -473,8 +406,7 @@ def check_config(cfg):
     choices are declared on its field (cli.check_fields); here, the checks across flags."""
     cli.check_fields(cfg)
     objectives.check(cfg, cfg.group_size)
-    if cfg.overlong_buffer >= cfg.max_new_tokens:
-        raise ValueError(f"--overlong-buffer {cfg.overlong_buffer} must be below --max-new-tokens {cfg.max_new_tokens}")
+    reward.check(cfg)
     if cfg.fsdp and "WORLD_SIZE" not in os.environ:
         raise ValueError("--fsdp shards the model over torchrun's processes: start it with torchrun, e.g. "
                          "torchrun --nproc_per_node 8 train_rl.py --fsdp ...")
@@ -539,6 +471,7 @@ def train(cfg):
     logged, totals = runs.resume_logs(run_dir, start_step, pending)  # the last step in the logs; compute so far
     runs.print_config(cfg, run_dir, device, len(train_set), len(val_set),
                  sum(p.numel() for p in policy.parameters() if p.requires_grad))
+    run = Run(cfg, policy, sampler, reference, optimizer, tokenizer, train_set, device, selection)
 
     eval_seconds = 0.0
     if test_set and start_step == 0:  # the held-out test split, before and after training: never used for a choice
@@ -555,8 +488,7 @@ def train(cfg):
             eval_seconds = runs.log_step(run_dir, pending, validate, cfg.eval_every) or eval_seconds
         for step in range(start_step, cfg.steps):
             before = runs.selection_state(selection) if selection else None  # put back if this step is cut short
-            drawn, metrics = rl_step(policy, sampler, reference, optimizer, tokenizer, train_set, cfg, step, device,
-                                     selection, totals)
+            drawn, metrics = rl_step(run, step, totals)
             pending = dict(metrics=metrics, samples=runs.sample_rows(drawn[:cfg.samples_per_step], step + 1))
             totals = {k: metrics[k] for k in totals}
             done = step + 1  # the step is in the weights and the data state; its lines are pending

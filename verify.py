@@ -1,6 +1,7 @@
 """
 Math answer checking for RL with verifiable rewards: pull the final boxed answer out of a model
-response, decide whether it equals the reference answer, and turn that into a reward.
+response and decide whether it equals the reference answer. A verdict, never a reward: what a rollout
+is paid is reward.py's.
 
 The rules, in the order they run (each is a small function below):
  1. Extraction: the content of the last \\boxed{...} (also \\boxed x and \\fbox{...}), braces balanced;
@@ -355,7 +356,7 @@ def _equiv(p, r, rel_tol, deadline, depth=0):
     return symbolic.equal('expr', p, r, rel_tol, deadline)
 
 # -----------------------------------------------------------------------------
-# public API: equivalence, grade, reward, and their batch forms
+# public API: equivalence, grade, and its batch form
 
 
 def is_equivalent(pred, ref, rel_tol=REL_TOL, timeout=TIMEOUT):
@@ -377,33 +378,14 @@ def grade(response, ref, rel_tol=REL_TOL, timeout=TIMEOUT):
     return pred is not None and is_equivalent(pred, ref, rel_tol, timeout)
 
 
-def reward(response, ref, format_penalty=0.2, rel_tol=REL_TOL, timeout=TIMEOUT):
-    """1.0 correct, 0.0 wrong, -format_penalty when there is no well-formed final boxed answer."""
-    pred = extract_answer(response)
-    if pred is None:
-        return -format_penalty
-    return 1.0 if is_equivalent(pred, ref, rel_tol, timeout) else 0.0
-
-
-def _grade_answers(preds, refs, rel_tol, timeout):
+def grade_batch(responses, refs, rel_tol=REL_TOL, timeout=TIMEOUT):
+    """[grade(x, ref) for each pair], checking repeated (answer, reference) pairs once."""
     verdicts, out = {}, []  # a GRPO group often repeats an answer: check each distinct pair once
-    for pred, ref in zip(preds, refs, strict=True):
+    for pred, ref in zip((extract_answer(x) for x in responses), refs, strict=True):
         if (pred, ref) not in verdicts:
             verdicts[pred, ref] = pred is not None and is_equivalent(pred, ref, rel_tol, timeout)
         out.append(verdicts[pred, ref])
     return out
-
-
-def grade_batch(responses, refs, rel_tol=REL_TOL, timeout=TIMEOUT):
-    """[grade(x, ref) for each pair], checking repeated (answer, reference) pairs once."""
-    return _grade_answers([extract_answer(x) for x in responses], refs, rel_tol, timeout)
-
-
-def reward_batch(responses, refs, format_penalty=0.2, rel_tol=REL_TOL, timeout=TIMEOUT):
-    """[reward(x, ref) for each pair], checking repeated (answer, reference) pairs once."""
-    preds = [extract_answer(x) for x in responses]
-    ok = _grade_answers(preds, refs, rel_tol, timeout)
-    return [-format_penalty if p is None else float(g) for p, g in zip(preds, ok)]
 
 
 # -----------------------------------------------------------------------------
@@ -444,15 +426,10 @@ def check_steps(response, problem, answer):
     return got == want and str(value) == str(answer).strip()
 
 
-def grade_with(grader, responses, problems, format_penalty=0.2):
-    """(correct, rewards) of responses to problems (dicts with 'problem' and 'answer') under a grader (GRADERS):
-    'answer' pays the final answer, 'steps' (the tiny ladder's) only the problem's own worked chain, so a guessed
-    answer earns nothing. A reward is 1.0 right, 0.0 wrong, -format_penalty without a final boxed answer."""
+def grade_with(grader, responses, problems):
+    """The verdicts (bools) on responses to problems (dicts with 'problem' and 'answer') under a grader (GRADERS):
+    'answer' checks the final answer (grade_batch), 'steps' (the tiny ladder's) the problem's own worked chain
+    too, so a guessed answer fails."""
     if grader == "steps":
-        correct = [check_steps(r, p["problem"], p["answer"]) for r, p in zip(responses, problems, strict=True)]
-    else:
-        correct = grade_batch(responses, [p["answer"] for p in problems])
-    rewards = [1.0 if ok else -format_penalty if extract_answer(r) is None else 0.0
-               for ok, r in zip(correct, responses)]
-    return correct, rewards
-
+        return [check_steps(r, p["problem"], p["answer"]) for r, p in zip(responses, problems, strict=True)]
+    return grade_batch(responses, [p["answer"] for p in problems])

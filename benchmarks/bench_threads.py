@@ -42,10 +42,12 @@ else:
                    dispersion_every=0)
     pool = problems.load_problems("math_train", 20)
 opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+run = T.Run(cfg=cfg, policy=policy, sampler=policy, reference=None, optimizer=opt, tokenizer=tok, train_set=pool,
+            device="cpu", selection={{}})
 totals, times = dict(generated_tokens=0, training_tokens=0, flops=0.0), []
 for step in range({steps}):
     t0 = time.time()
-    _, m = T.rl_step(policy, policy, None, opt, tok, pool, cfg, step, "cpu", {{}}, totals)
+    _, m = T.rl_step(run, step, totals)
     times.append(time.time() - t0)
 print(json.dumps(dict(step=statistics.median(times[1:]), sampling=m["sampling_seconds"],
                       training=m["training_seconds"])))

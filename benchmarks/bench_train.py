@@ -41,10 +41,12 @@ def main():
                    skip_zero_advantage=False, device="cpu", samples_per_step=0)
     train_set = P.load_problems("math_train", limit=50)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+    run = T.Run(cfg=cfg, policy=policy, sampler=policy, reference=None, optimizer=optimizer, tokenizer=tokenizer,
+                train_set=train_set, device="cpu", selection={})
     totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
     rows = []
     for step in range(args.steps + 1):  # the first step warms up and is not counted
-        _, m = T.rl_step(policy, policy, None, optimizer, tokenizer, train_set, cfg, step, "cpu", {}, totals)
+        _, m = T.rl_step(run, step, totals)
         totals = {k: m[k] for k in totals}
         if step:
             rows.append(m)

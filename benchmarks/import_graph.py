@@ -9,6 +9,9 @@ The repo's import graph, from the source alone (ast, nothing is imported), and t
    `from module import _name`. (A core file's own benchmark may time its internals: benchmarks/bench_verify.py
    counts symbolic's sympy calls.)
 3. Imports run one way between the core's layers: no core file imports a file that imports it back.
+4. No research program (research/<program>/) imports another: what two share moves into the core as a public
+   function (e.g. runs.write_jsonl) or into one of them. research/report.py, the report over every program's
+   outputs, may read them.
 tests/test_layout.py runs the same checks.
 """
 
@@ -17,8 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ("model", "checkpoint", "sample", "symbolic", "verify", "problems", "objectives", "train_rl",
-        "evaluate")  # + tiny.py
+CORE = ("model", "model_kernels", "checkpoint", "sample", "batching", "symbolic", "verify", "reward", "problems",
+        "objectives", "update", "train_rl", "evaluate")  # + tiny.py
 OPTIONS = ("curriculum", "looped", "lora", "distributed", "runs", "stats", "diversity", "cli")
 TINY = "tiny"
 
@@ -74,6 +77,10 @@ def broken_rules(g):
                     for m in imports if m == TINY or m.startswith("research/")]
         if path.startswith(("research/", "workshop/")):
             out += [f"{path} uses {m}.{n}: research uses the core's public names only" for m, n in private]
+        if path.count("/") >= 2 and path.startswith("research/"):  # a file of a program: research/<program>/...
+            program = path.split("/")[1]
+            out += [f"{path} imports {m}: a research program never imports another" for m in imports
+                    if m.startswith("research/") and m.split("/")[1] != program]
     core = {p[:-3]: set(i) for p, (i, _) in g.items() if p[:-3] in CORE + OPTIONS + (TINY,)}
     for a, deps in core.items():
         out += [f"{a}.py and {b}.py import each other" for b in deps if b in core and a in core[b] and a < b]
@@ -88,7 +95,8 @@ def main():
         print(f"{path:<45} {layer:<10} {', '.join(imports) or '-'}")
     problems = broken_rules(g)
     print("\n".join(problems) if problems else "\nrules hold: the core and its options import no tiny world and no "
-          "research; research uses public names; no import cycles between top-level modules")
+          "research; research uses public names; no research program imports another; no import cycles between "
+          "top-level modules")
     return 1 if problems else 0
 
 

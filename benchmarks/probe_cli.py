@@ -277,7 +277,7 @@ def probes():
         P("research/looped/loop_depth.py", ["--help"], "help"),
         P("research/objectives/compare_objectives.py", ["--help"], "help"),
         P("research/sampler/bench_sample.py", ["--help"], "help"),
-        P("objectives.py", ["--help"], "help"),
+        P("objectives.py", ["--help"], "help"), P("reward.py", ["--help"], "help"),
     ]
     for p in help_:
         if p.script in CPU_HEAVY and p.argv[0] != "compare" and p.argv[0] != "table":
@@ -452,7 +452,7 @@ def run_probe(probe, scratch, keep):
     if probe.expect in ("error", "resume") and clean:
         problems += [f"the message does not name {m!r}" for m in probe.mentions if m not in said]
     if probe.expect == "help":
-        ok = r.returncode == 0 and (("usage:" in r.stdout) if probe.script != "objectives.py" else bool(r.stdout))
+        ok = r.returncode == 0 and (("usage:" in r.stdout) if probe.script not in ("objectives.py", "reward.py") else bool(r.stdout))
         said = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else said
         new, changed = [], []  # --help writes nothing; a change would show in the next probe's snapshot anyway
     elif probe.expect == "error":
@@ -657,11 +657,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a representative subset (about 90 s on 1 thread)")
     ap.add_argument("--trials", type=int, default=20, help="SIGINT trials (--quick: 1)")
     ap.add_argument("--term-trials", type=int, default=3, help="SIGTERM trials (--quick: 1)")
-    ap.add_argument("--double-trials", type=int, default=2, help="double SIGINT trials (--quick: 0)")
+    ap.add_argument("--double-trials", type=int, default=5, help="double SIGINT trials (--quick: 1)")
     ap.add_argument("--seed", type=int, default=0, help="the interrupt delays' seed")
     args = ap.parse_args(argv)
     if args.quick:
-        args.trials, args.term_trials, args.double_trials = 1, 1, 0
+        args.trials, args.term_trials, args.double_trials = 1, 1, 1
     t0 = time.time()
     results = []
     selected = [p for p in probes() if (not args.quick or p.quick) and (

@@ -13,6 +13,7 @@ import pytest
 from research.bands import bands as B
 import model as M
 import problems as P
+import runs
 import sample
 from sample import Completion
 import checkpoint
@@ -372,3 +373,13 @@ def test_threads_flag_and_list_ids_in_a_bands_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):  # reached sampling: --threads was applied before
         run_cli(path, tmp_path / "out2", "--threads", "1", "--heldout-per-group", "0")
     assert seen == [1]
+
+
+def test_write_jsonl_writes_a_whole_file_or_leaves_the_old_one(tmp_path):
+    # runs.write_jsonl (bands, rounds, ladder and looped share it): utf-8 rows, and a failed write keeps the old file
+    path = tmp_path / "rows.jsonl"
+    runs.write_jsonl(path, [dict(id="q1", problem="1 + \u00e9")])
+    assert path.read_bytes() == '{"id": "q1", "problem": "1 + \u00e9"}\n'.encode("utf-8")
+    with pytest.raises(TypeError):
+        runs.write_jsonl(path, [dict(id="q2"), dict(id=object())])  # a row that is not JSON: nothing written
+    assert json.loads(path.read_text(encoding="utf-8"))["id"] == "q1" and not (tmp_path / "rows.jsonl.tmp").exists()

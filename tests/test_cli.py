@@ -69,16 +69,22 @@ def test_run_main_prints_one_line_for_expected_errors_and_keeps_bugs_loud(capsys
     assert cli.run_main(lambda: 7, "demo.py") == 7
 
 
-def test_run_main_interrupted_in_process_leaves_the_signal_handlers_as_they_were():
+def test_run_main_ignores_signals_while_exiting_on_an_interrupt_and_restores_sigterm_otherwise():
     import signal
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    assert cli.run_main(lambda: 7, "demo.py") == 7 and signal.getsignal(signal.SIGTERM) == before[signal.SIGTERM]
 
     def interrupted():
-        raise KeyboardInterrupt
-    with pytest.raises(SystemExit) as exit_info:
-        cli.run_main(interrupted, "demo.py")
-    assert exit_info.value.code == 130
-    assert {s: signal.getsignal(s) for s in before} == before  # no SIG_IGN left for the next test or subprocess
+        raise cli.Terminated
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.run_main(interrupted, "demo.py")
+        assert exit_info.value.code == 143  # 128 + SIGTERM, as a shell reports it
+        # a second Ctrl-C during the exit (atexit, the verifier's worker) must not end the process by the signal
+        assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 # -----------------------------------------------------------------------------

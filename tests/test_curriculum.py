@@ -12,8 +12,9 @@ import objectives
 
 
 def group(pid, passes):
-    return [dict(problem=dict(id=pid), **{"pass": ok}, prompt=[1, 2], tokens=[3, 4, 5], sampler_logprobs=[-.5, -.25, -1.],
-                 text=f"{pid}-{j}", finish_reason="stop", reward=float(ok), correct=ok, boxed=True)
+    return [T.Rollout(problem=dict(id=pid), prompt=[1, 2], tokens=[3, 4, 5], text=f"{pid}-{j}", finish_reason="stop",
+                      sampler_logprobs=[-.5, -.25, -1.], seed=0, sample=j, correct=bool(ok), boxed=True,
+                      passed=bool(ok), reward=float(ok))
             for j, ok in enumerate(passes)]
 
 
@@ -73,11 +74,16 @@ def test_replay_puts_a_success_in_place_of_a_fresh_wrong_sample():
     buf.add([group("a", [1, 0, 0, 0]), group("b", [0, 1, 0, 0]), group("b", [0, 0, 1, 0])], step=1)
     groups = [group("a", [1, 0, 0, 0]), group("b", [0, 0, 0, 0]), group("z", [0, 0, 0, 0]), group("a", [1, 1, 1, 1])]
     assert buf.apply(groups, fraction=0.25) == 1  # one of 4 groups: b first (no fresh success), z has no entry
-    assert [r["pass"] for r in groups[1]] == [False, False, False, True]
-    assert groups[1][3]["replayed"] and groups[1][3]["text"] == "b-2" and groups[1][3]["replayed_from"] == 1
-    assert not any(r.get("replayed") for g in (groups[0], groups[2], groups[3]) for r in g)
+    assert [r.passed for r in groups[1]] == [False, False, False, True]
+    assert groups[1][3].replayed and groups[1][3].text == "b-2"
+    assert groups[1][3].behavior_logprobs == [-.5, -.25, -1.]  # the policy that sampled it (train_rl.old_logprobs)
+    assert not any(r.replayed or r.behavior_logprobs for g in (groups[0], groups[2], groups[3]) for r in g)
     assert buf.apply(groups, fraction=1.0) == 2  # then a; its all-right twin needs nothing
-    assert [r["pass"] for r in groups[0]] == [True, False, False, True] and groups[0][3]["text"] == "a-0"
+    assert [r.passed for r in groups[0]] == [True, False, False, True] and groups[0][3].text == "a-0"
+
+
+class FakeTokenizer:
+    pad_id = 0
 
 
 def test_a_replayed_rollout_is_weighted_by_its_clipped_ratio_to_the_sampler(char_model_dir):
@@ -92,12 +98,13 @@ def test_a_replayed_rollout_is_weighted_by_its_clipped_ratio_to_the_sampler(char
     now = logp[0, len(prompt) - 1:].tolist()
 
     def grads(shift, replayed):
-        row = dict(prompt=prompt, tokens=tokens, sampler_logprobs=[x + shift for x in now], advantage=1.0,
-                   replayed=replayed)
+        sampled = [x + shift for x in now]
+        row = T.Rollout(problem={}, prompt=prompt, tokens=tokens, text="", finish_reason="stop", sampler_logprobs=sampled,
+                        seed=0, sample=0, advantage=1.0, replayed=replayed, behavior_logprobs=sampled if replayed else None)
         policy.zero_grad()
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)
         opt.zero_grad = lambda set_to_none=True: None  # keep the gradients for the test to read
-        T.policy_update(policy, None, opt, [row], 1, len(tokens), cfg, "cpu", 0)
+        T.policy_update(T.Run(cfg, policy, policy, None, opt, FakeTokenizer(), [], "cpu", {}), [row], 1, len(tokens))
         return torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None])
 
     fresh = grads(0.1, replayed=False)  # a fresh rollout ignores the sampler's log-probs (ratio 1)
@@ -121,27 +128,22 @@ def test_passk_advantages_hand_values():
     k1 = objectives.passk_advantages(torch.tensor([[1, 0, 0, 0]], dtype=torch.bool), 1)  # k = 1: GRPO with the population std
     p = 0.25
     assert k1[0].tolist() == pytest.approx([(1 - p) / math.sqrt(p * (1 - p))] + [-p / math.sqrt(p * (1 - p))] * 3)
-    kN = objectives.passk_advantages(torch.tensor([[1, 0, 0, 0]], dtype=torch.bool), 4)  # k = N: rho = 1, nothing to learn
-    assert kN.tolist() == [[0, 0, 0, 0]]
-    with pytest.raises(ValueError, match="--passk-k"):
-        objectives.passk_advantages(torch.zeros(1, 4, dtype=torch.bool), 5)
+    for k in (0, 4, 5):  # one rule (objectives.check_passk): 1 <= k < N; at k = N rho = 1 and nothing is learnt
+        with pytest.raises(ValueError, match="--passk-k"):
+            objectives.passk_advantages(torch.zeros(1, 4, dtype=torch.bool), k)
     big = objectives.passk_advantages(torch.tensor([[True] * 3 + [False] * 253]), 64)  # exact binomials at N = 256
     assert torch.isfinite(big).all() and big[0, 0] > 0 > big[0, -1]
 
 
-def test_the_controls_pay_a_seeded_coin_or_the_format_and_accuracy_stays_true():
-    r = dict(correct=True, boxed=False)
-    assert C.control_pass("verifier", r) is True and C.control_pass("format", r) is False
-    coin = lambda seed, j: C.control_pass("random", dict(r, seed=seed, sample=j))  # noqa: E731
-    coins = [coin(seed, j) for seed in range(50) for j in range(8)]
-    assert coins == [coin(seed, j) for seed in range(50) for j in range(8)]  # repeatable
-    assert 0.42 < sum(coins) / len(coins) < 0.58
+def test_the_format_control_pays_any_box_and_accuracy_stays_true():
+    """Rollouts through the reward table (reward.score): passed and reward follow the control, correct the verifier."""
     cfg = Config(reward="format", format_penalty=0.2, max_new_tokens=16)
-    rollouts = [dict(problem=dict(problem="1 + 1", answer="2"), text=t, tokens=[1] * 4, seed=3, sample=j)
+    rollouts = [T.Rollout(problem=dict(problem="1 + 1", answer="2"), prompt=[], tokens=[1] * 4, text=t,
+                          finish_reason="stop", sampler_logprobs=[0.0] * 4, seed=3, sample=j)
                 for j, t in enumerate(["\\boxed{2}", "\\boxed{3}", "no answer"])]
-    T.score_rollouts(rollouts, cfg)
-    assert [(r["correct"], r["pass"], r["reward"]) for r in rollouts] == [(True, True, 1.0), (False, True, 1.0),
-                                                                         (False, False, 0.0)]
+    T.reward.score(rollouts, cfg)
+    assert [(r.correct, r.passed, r.reward) for r in rollouts] == [(True, True, 1.0), (False, True, 1.0),
+                                                                   (False, False, 0.0)]
 
 
 # -----------------------------------------------------------------------------
@@ -150,8 +152,6 @@ def test_the_controls_pay_a_seeded_coin_or_the_format_and_accuracy_stays_true():
 
 def test_curriculum_and_replay_in_the_loop_resume_exactly(tmp_path, char_model_dir, monkeypatch):
     monkeypatch.setattr(T.verify, "grade_batch", lambda texts, refs: [len(t) % 3 == 0 for t in texts])
-    monkeypatch.setattr(T.verify, "reward_batch", lambda texts, refs, format_penalty=0.0: [float(len(t) % 3 == 0)
-                                                                                           for t in texts])
     data = tmp_path / "pool.jsonl"
     data.write_text("".join(json.dumps(dict(id=f"p{i}", problem=f"What is {i} + {i}?", answer=str(2 * i))) + "\n"
                             for i in range(6)))
@@ -170,10 +170,10 @@ def test_curriculum_and_replay_in_the_loop_resume_exactly(tmp_path, char_model_d
     assert sum(saved["pass_rates"]["attempts"]) == 4 * 3 * 4 and "entries" in saved["replay"]
     real_step = T.rl_step
 
-    def dies(*args, **kw):  # killed during step 4, after the step-2 checkpoint
-        if args[7] == 3:
+    def dies(run, step, totals):  # killed during step 4, after the step-2 checkpoint
+        if step == 3:
             raise RuntimeError("killed")
-        return real_step(*args, **kw)
+        return real_step(run, step, totals)
     monkeypatch.setattr(T, "rl_step", dies)
     with pytest.raises(RuntimeError):
         T.train(cfg(out=str(tmp_path / "killed")))

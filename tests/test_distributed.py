@@ -28,12 +28,8 @@ def fake_grade(texts, refs):
     return [bool(t) and t[-1] < "n" for t in texts]
 
 
-def fake_reward(texts, refs, format_penalty=0.0):
-    return [float(c) for c in fake_grade(texts, refs)]
-
-
 def use_fake_grader():
-    T.verify.grade_batch, T.verify.reward_batch = fake_grade, fake_reward
+    T.verify.grade_batch = fake_grade
 
 
 # P = 3 problems over 2 ranks (1 and 2 each) and G = 3: odd numbers of training rows split unevenly, and one
@@ -110,7 +106,6 @@ def runs(tmp_path_factory):
                                  start_method="spawn")
     with pytest.MonkeyPatch.context() as mpatch:  # the single-process runs, while the workers run
         mpatch.setattr(T.verify, "grade_batch", fake_grade)
-        mpatch.setattr(T.verify, "reward_batch", fake_reward)
         for name in set(SINGLE.values()):
             T.train(config(one, model_dir, pool, name))
     deadline = time.time() + 300

@@ -2,6 +2,7 @@
 dispersion, by hand on made-up vectors and through a tiny random model against its own hidden states."""
 
 import math
+from types import SimpleNamespace as Row
 
 import pytest
 import torch
@@ -11,8 +12,8 @@ import diversity
 
 
 def test_group_diversity_hand_computed():
-    rows = [dict(tokens=[1, 2, 3, 4, 5], text="\\boxed{1}"), dict(tokens=[1, 2, 3, 4, 6], text="\\boxed{2}"),
-            dict(tokens=[1, 2, 3, 4], text="so \\boxed{7}"), dict(tokens=[1, 2, 3], text="\\boxed{7}")]
+    rows = [Row(tokens=[1, 2, 3, 4, 5], text="\\boxed{1}"), Row(tokens=[1, 2, 3, 4, 6], text="\\boxed{2}"),
+            Row(tokens=[1, 2, 3, 4], text="so \\boxed{7}"), Row(tokens=[1, 2, 3], text="\\boxed{7}")]  # as Rollouts
     d = diversity.group_diversity(rows, G=2)
     # group 1: lengths 5, 5 (std 0), answers {1, 2}, 4-grams share 1 of 3 -> 1/3
     # group 2: lengths 4, 3 (std 0.7071), one answer, 4-gram sets {(1,2,3,4)} and {} -> 0

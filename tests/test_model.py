@@ -1,7 +1,8 @@
 """
-Tests of model.py: parity with transformers' Qwen3ForCausalLM (the oracle) on tiny random configs, config
-parsing, parameter/FLOP counts, the CPU products, the KV cache, and the chunked log-prob path with its
-hand-written backward passes. Checkpoint I/O is test_checkpoint.py, looped depth test_looped.py.
+Tests of model.py: parity with transformers' Qwen3ForCausalLM (the oracle) on tiny random configs, with the
+kernels and with the formulas, config parsing, parameter/FLOP counts, the KV cache, and the token log-probs.
+The kernels against the formulas are test_model_kernels.py, checkpoint I/O test_checkpoint.py, looped depth
+test_looped.py.
 """
 
 import copy
@@ -84,7 +85,9 @@ def assert_logits_close(a, b, atol=1e-4):
     (True, 2, 2, 32),    # MHA 1:1
     (False, 8, 2, 8),    # GQA 4:1, head_dim * heads != hidden
 ])
-def test_logits_match_transformers(tmp_path, tie, heads, kv_heads, head_dim):
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "formulas"])
+def test_logits_match_transformers(tmp_path, tie, heads, kv_heads, head_dim, kernels, monkeypatch):
+    monkeypatch.setattr(qwen3, "use_kernels", kernels)
     shape = dict(tie_word_embeddings=tie, num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim)
     hf = save_hf(tmp_path, **shape)
     ours = checkpoint.load_model(tmp_path, device="cpu")
@@ -261,67 +264,6 @@ def test_flops_per_token_matches_flop_counter():
     assert counter.get_total_flops() == T * flops_per_token(m.config, context_len=T, training=True)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("amx", [False, True])
-def test_linear_single_row_path_equals_f_linear(dtype, bias, amx, monkeypatch):
-    """One row goes through torch.mv (the fast batch-1 decode path; bf16 only with AMX); values and gradients
-    are F.linear's."""
-    monkeypatch.setattr(qwen3, "BF16_ROW_MV", amx)
-    calls = []
-    mv = torch.mv
-    monkeypatch.setattr(torch, "mv", lambda *a: calls.append(1) or mv(*a))
-    torch.manual_seed(0)
-    layer = qwen3.Linear(64, 48, bias=bias).to(dtype)
-    for shape in [(64,), (1, 64), (1, 1, 64)]:
-        x = torch.randn(shape, dtype=dtype, requires_grad=True)
-        calls.clear()
-        y = layer(x)
-        assert y.shape == (*shape[:-1], 48)
-        assert len(calls) == (1 if amx or dtype == torch.float32 else 0)
-        x_ref = x.detach().clone().requires_grad_()
-        y_ref = torch.nn.functional.linear(x_ref, layer.weight, layer.bias)
-        tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: both accumulate in fp32, then round once
-        torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
-        y.float().square().sum().backward()
-        y_ref.float().square().sum().backward()
-        torch.testing.assert_close(x.grad, x_ref.grad, atol=10 * tol, rtol=10 * tol)
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts linear, not mv: the path steps aside
-        assert layer.float()(torch.randn(1, 64)).dtype == torch.bfloat16
-
-
-@pytest.mark.parametrize("bias", [False, True])
-def test_linear_few_float32_rows_take_the_weight_left_product(bias, monkeypatch):
-    """8-48 float32 rows against a weight of 2**20 entries or more go to W @ x.T (FP32_ROWS_WEIGHT_LEFT);
-    fewer or more rows, a smaller weight, bf16 or autocast take F.linear. Values and gradients are F.linear's,
-    and the output is row-major like F.linear's."""
-    linear = torch.nn.functional.linear
-    calls = []
-    monkeypatch.setattr(qwen3.F, "linear", lambda *a: calls.append(1) or linear(*a))
-    torch.manual_seed(0)
-    big, small = qwen3.Linear(1024, 1024, bias=bias), qwen3.Linear(1024, 1023, bias=bias)  # 2**20: the bound
-    cases = [(big, (8, 1024), False), (big, (13, 1, 1024), False), (big, (2, 24, 1024), False),
-             (big, (48, 1024), False), (big, (7, 1024), True), (big, (49, 1, 1024), True),
-             (small, (13, 1024), True)]
-    for layer, shape, takes_f_linear in cases:
-        x = torch.randn(shape, requires_grad=True)
-        calls.clear()
-        y = layer(x)
-        assert len(calls) == takes_f_linear, (layer.weight.shape, shape)
-        assert y.shape == (*shape[:-1], layer.out_features) and y.is_contiguous()
-        x_ref = x.detach().clone().requires_grad_()
-        y_ref = linear(x_ref, layer.weight, layer.bias)
-        torch.testing.assert_close(y, y_ref, atol=1e-4, rtol=1e-4)  # sums of 1,024 products in another order
-        y.square().sum().backward()
-        y_ref.square().sum().backward()
-        torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-3, rtol=1e-4)
-    calls.clear()
-    big.to(torch.bfloat16)(torch.randn(13, 1024, dtype=torch.bfloat16))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        big.float()(torch.randn(13, 1024))
-    assert len(calls) == 2
-
-
 # -----------------------------------------------------------------------------
 # KV cache
 
@@ -478,22 +420,6 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert len(calls) == 2  # the block really ran again in backward
     for name, g in grads(m).items():
         torch.testing.assert_close(g, plain[name], atol=1e-6, rtol=1e-5, msg=name)
-
-
-def test_hand_written_backward_passes_pass_gradcheck():
-    """model.py's fused ops carry their own backward; check each against finite differences in fp64."""
-    g = torch.Generator().manual_seed(11)
-    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    for w in (torch.randn(8, dtype=torch.float64, generator=g),       # an RMSNorm's (D,) gain
-              torch.randn(5, 8, dtype=torch.float64, generator=g)):   # the joint q/k norm's (heads, D) gains
-        w = (1 + 0.2 * w).requires_grad_()
-        assert torch.autograd.gradcheck(lambda x, w: qwen3.RMSNormFunction.apply(x, w, 1e-6), (x, w))
-    cos, sin = qwen3.rope_cos_sin(torch.arange(3)[None].expand(2, 3) + 5, 8, 10_000.0, torch.float64)
-    assert torch.autograd.gradcheck(lambda x: qwen3.apply_rope(x, cos, sin), (x,))
-    h = torch.randn(7, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    w = torch.randn(11, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    targets = torch.randint(11, (7,), generator=g)
-    assert torch.autograd.gradcheck(lambda h, w: qwen3.TokenLogProbsFunction.apply(h, w, targets, 3)[0], (h, w))
 
 
 def bf16_against_transformers(tmp_path, device):

@@ -38,10 +38,9 @@ def test_rloo_and_reinforce_pp_advantages_hand_computed():
 
 
 def micro_batch(logp, old_logp, adv, mask, **extra):
-    b = dict(logp=logp, old_logp=old_logp, ref_logp=None, mask=mask, adv=adv, n_sequences=len(adv),
-             n_tokens=int(mask.sum()), tis=torch.ones_like(mask))
-    b.update(extra)
-    return b
+    b = objectives.MicroBatch(logp=logp, old_logp=old_logp, ref_logp=None, mask=mask, tis=torch.ones_like(mask),
+                              adv=adv, n_sequences=len(adv), n_tokens=int(mask.sum()))
+    return dataclasses.replace(b, **extra)
 
 
 def test_ppo_terms_decoupled_clip_and_kl_estimators_hand_values():
@@ -60,23 +59,20 @@ def test_ppo_terms_decoupled_clip_and_kl_estimators_hand_values():
         assert torch.allclose(objectives.kl_estimate(pi, ref, est), torch.tensor([value, 0.0]), atol=1e-6), est
 
 
-def test_truncated_is_weights_and_overlong_penalty_hand_values():
+def test_truncated_is_weights_hand_values():
     old = torch.log(torch.tensor([[0.5, 0.3, 0.9]]))
     sampler = torch.log(torch.tensor([[0.25, 0.6, 0.1]]))
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     # ratios 2 and 0.5; the cap 1.5 truncates the first; padding gets weight 1
     assert torch.allclose(objectives.truncated_is_weights(old, sampler, mask, 1.5), torch.tensor([[1.5, 0.5, 1.0]]))
     assert torch.equal(objectives.truncated_is_weights(old, sampler, mask, 0.0), torch.ones(1, 3))
-    # DAPO eq. 13 with budget 100 and buffer 20: free up to 80 tokens, then linear to -1 at 100
-    assert [objectives.overlong_penalty(n, 100, 20) for n in (50, 80, 90, 100)] == [0.0, 0.0, -0.5, -1.0]
-    assert objectives.overlong_penalty(100, 100, 0) == 0.0
 
 
-def loss_grad(objective, rewards, lengths, budget, correct=None, **cfg_kw):
-    """Loss, d loss / d logp and advantages of one group; correct defaults to reward == 1."""
+def loss_grad(objective, rewards, lengths, budget, passed=None, **cfg_kw):
+    """Loss, d loss / d logp and advantages of one group; passed defaults to reward == 1."""
     cfg = T.Config(objective=objective, max_new_tokens=budget, **cfg_kw)
     r = torch.tensor([rewards], dtype=torch.float32)
-    c = r == 1 if correct is None else torch.tensor([correct])
+    c = r == 1 if passed is None else torch.tensor([passed])
     adv = objectives.OBJECTIVES[objective].advantages(r, c, cfg).flatten()
     mask = torch.tensor([[1.0] * n + [0.0] * (budget - n) for n in lengths])
     logp = torch.full(mask.shape, -1.0, requires_grad=True)
@@ -156,16 +152,17 @@ BASELINE_FREE = {"w_reinforce"}  # objectives whose all-right and all-wrong grou
 
 @pytest.mark.parametrize("objective", sorted(objectives.OBJECTIVES))
 def test_all_equal_group_gives_zero_gradient(objective):
+    extra = dict(passk_k=2) if objective == "passk" else {}  # k < G = 4 (objectives.check_passk)
     for value in (1, 0):
-        _, grad, adv = loss_grad(objective, [value] * 4, [2, 3, 1, 4], budget=4)
+        _, grad, adv = loss_grad(objective, [value] * 4, [2, 3, 1, 4], budget=4, **extra)
         zero = torch.equal(adv, torch.zeros(4)) and torch.count_nonzero(grad) == 0
         assert zero != (objective in BASELINE_FREE), f"{objective}: all-{value} group, advantages {adv.tolist()}"
 
 
-def test_w_reinforce_weights_right_answers_by_lambda_from_correctness():
-    # correct [T, F, F, T] with shaped rewards that disagree (a format penalty made the last one -0.2)
+def test_w_reinforce_weights_successes_by_lambda_from_passed():
+    # passed [T, F, F, T] with shaped rewards that disagree (a format penalty made the last one -0.2)
     _, grad, adv = loss_grad("w_reinforce", [1.0, 0.0, -0.2, 0.0], [2, 3, 1, 4], budget=4,
-                             correct=[True, False, False, True], positive_weight=0.5)
+                             passed=[True, False, False, True], positive_weight=0.5)
     assert torch.equal(adv, torch.tensor([0.5, -1.0, -1.0, 0.5]))  # A = +lambda right, -1 wrong, no baseline
     # token-level mean over the batch's 10 tokens: d loss / d logp_it = -A_i / 10
     assert torch.allclose(grad, per_token([-0.5, 1.0, 1.0, -0.5], [2, 3, 1, 4], 4) / 10)

@@ -435,8 +435,6 @@ def test_tiny_real_runs_report_what_their_files_say(tmp_path, char_model_dir, mo
     """Two seeds of a 2-step train_rl.py run on a random model, each evaluated with evaluate.py: the report's
     numbers are the logged ones with n from the data sets, and the pair is evaluate.compare's."""
     monkeypatch.setattr(T.verify, "grade_batch", fake_grade)
-    monkeypatch.setattr(T.verify, "reward_batch",
-                        lambda texts, refs, format_penalty=0.0: [float(c) for c in fake_grade(texts, refs)])
     dirs = []
     for seed in (0, 1):
         cfg = T.Config(model=str(char_model_dir), dataset=str(data["pool"]), val_dataset=str(data["val"]),

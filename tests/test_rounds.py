@@ -48,8 +48,8 @@ def test_prompt_masked_and_loss_is_the_token_mean_nll(tmp_path):
     problems = {"a": dict(id="a", problem="1 + 2"), "b": dict(id="b", problem="30 - 4 + 5")}
     rows = R.trace_rows([dict(id="a", response="1 + 2 = 3"), dict(id="b", response="ok")], problems, tok, "base")
     prompt_a = tok.encode(P.format_prompt("1 + 2", "base"))
-    assert rows[0]["prompt"] == prompt_a and rows[0]["tokens"] == tok.encode("1 + 2 = 3") + [tok.eos_id]
-    ids, mask, _ = T.rollout_tensors(rows, tok.pad_id, "cpu")
+    assert rows[0].prompt == prompt_a and rows[0].tokens == tok.encode("1 + 2 = 3") + [tok.eos_id]
+    ids, mask = T.sequence_tensors(rows, tok.pad_id, "cpu")
     # row a: targets ids[1:]; exactly the completion's 10 targets (9 characters + the stop token) are unmasked
     assert mask[0].tolist() == [0.0] * (len(prompt_a) - 1) + [1.0] * 10 + [0.0] * (ids.shape[1] - 1 - len(prompt_a) - 9)
     # the distillation update's loss is -sum(log p(target)) / targets over the completion tokens only, by hand
@@ -611,7 +611,7 @@ def test_rationalize_samples_with_hints_only_where_sampling_found_nothing(tmp_pa
     problems = {p["id"]: p for p in P.load_problems("tiny_train")}
     tok = checkpoint.load_tokenizer("tiny")
     for row, t in zip(R.trace_rows(traces, problems, tok, "base"), traces):
-        assert row["prompt"] == tok.encode(P.format_prompt(problems[t["id"]]["problem"], "base"))
+        assert row.prompt == tok.encode(P.format_prompt(problems[t["id"]]["problem"], "base"))
 
 
 def test_replay_share_draws_earlier_rounds_traces_by_hand(tmp_path):

@@ -360,8 +360,7 @@ def test_check_steps_on_hand_written_solutions(response, ok):
     assert verify.chain(PROBLEM) == (["37 + 12 = 49", "49 * 2 = 98", "98 - 45 = 53"], evaluate_text(PROBLEM))
     assert verify.check_steps(response, PROBLEM, "53") is ok
     row = dict(problem=PROBLEM, answer="53")
-    correct, rewards = verify.grade_with("steps", [response, "no box"], [row, row], format_penalty=0.2)
-    assert correct == [ok, False] and rewards == [1.0 if ok else 0.0, -0.2]
+    assert verify.grade_with("steps", [response, "no box"], [row, row]) == [ok, False]
 
 
 def corrupt_one_line(solution, rng):
@@ -387,9 +386,9 @@ def test_steps_grader_keeps_the_guess_rate_under_one_percent():
     for responses, answer_rate in ((guesses, (0.0, 0.03)), (lucky, (1.0, 1.0))):
         by_answer = sum(grade(x, r["answer"]) for x, r in zip(responses, rows)) / len(rows)
         assert answer_rate[0] <= by_answer <= answer_rate[1]
-        correct, _ = verify.grade_with("steps", responses, problems)
+        correct = verify.grade_with("steps", responses, problems)
         assert sum(correct) / len(rows) <= 0.01 and not any(correct)
-    assert all(verify.grade_with("steps", [r["solution"] for r in rows], problems)[0])
+    assert all(verify.grade_with("steps", [r["solution"] for r in rows], problems))
 
 
 def test_ladder_datasets_bring_the_ladder_defaults():

@@ -18,7 +18,7 @@ import runs
 import verify
 import distributed as D
 
-REAL_GRADE_BATCH, REAL_REWARD_BATCH = T.verify.grade_batch, T.verify.reward_batch  # before any test stubs them
+REAL_GRADE_BATCH = T.verify.grade_batch  # before any test stubs it
 
 # -----------------------------------------------------------------------------
 # The loop on a tiny random model. The reward is a stand-in (is the first character a vowel-ish half of
@@ -32,7 +32,6 @@ def fake_grade(texts, refs):
 @pytest.fixture
 def run_setup(tmp_path, char_model_dir, monkeypatch):
     monkeypatch.setattr(T.verify, "grade_batch", fake_grade)
-    monkeypatch.setattr(T.verify, "reward_batch", lambda texts, refs, format_penalty=0.0: [float(c) for c in fake_grade(texts, refs)])
     data = tmp_path / "pool.jsonl"
     data.write_text("".join(json.dumps(dict(id=f"p{i}", problem=f"What is {i} + {i}?", answer=str(2 * i))) + "\n"
                             for i in range(6)))
@@ -44,6 +43,11 @@ def run_setup(tmp_path, char_model_dir, monkeypatch):
         base.update(kw)
         return T.Config(**base)
     return config
+
+
+def make_run(cfg, policy, tok, pool=(), reference=None, optimizer=None):
+    """A Run on the CPU whose sampler is the policy, as train() builds it there."""
+    return T.Run(cfg, policy, policy, reference, optimizer, tok, list(pool), "cpu", {})
 
 
 def weights(path):
@@ -106,10 +110,10 @@ def test_a_killed_run_and_an_interrupted_run_resume_exactly(run_setup, tmp_path,
     real_step = T.rl_step
 
     def dies_at(index, error):
-        def step(*args, **kw):
-            if args[7] == index:  # rl_step(..., step, ...): the 0-based step about to run
+        def step(run, step, totals):
+            if step == index:  # the 0-based step about to run
                 raise error
-            return real_step(*args, **kw)
+            return real_step(run, step, totals)
         return step
     # killed during step 4: metrics of step 3 were logged after the step-2 checkpoint and must be redone once
     monkeypatch.setattr(T, "rl_step", dies_at(3, RuntimeError("killed")))
@@ -161,20 +165,22 @@ def test_the_loop_steps_with_the_scheduled_lr(run_setup, tmp_path):
     assert logged == pytest.approx([0.005, 0.01, 0.01])
 
 
-def test_score_rollouts_shapes_rewards_with_the_real_verifier():
+def test_rollouts_are_scored_by_the_reward_table_with_the_real_verifier():
     cfg = T.Config(max_new_tokens=10, overlong_buffer=4, format_penalty=0.2)
-    rollouts = [dict(text=text, tokens=[0] * n, problem=dict(answer="4"))
-                for text, n in (("so \\boxed{4}", 5), ("so \\boxed{4}", 8), ("so \\boxed{5}", 10), ("four", 3))]
-    T.score_rollouts(rollouts, cfg)
+    rollouts = [T.Rollout(problem=dict(answer="4"), prompt=[], tokens=[0] * n, text=text, finish_reason="stop",
+                          sampler_logprobs=[0.0] * n, seed=0, sample=j)
+                for j, (text, n) in enumerate((("so \\boxed{4}", 5), ("so \\boxed{4}", 8), ("so \\boxed{5}", 10),
+                                               ("four", 3)))]
+    T.reward.score(rollouts, cfg)
     # right, short: 1; right at 8 of 10 tokens with a 4-token buffer: 1 + (10 - 4 - 8) / 4 = 0.5;
     # wrong and truncated at the budget: 0 - 1; no box: the format penalty, -0.2
-    assert [r["reward"] for r in rollouts] == pytest.approx([1.0, 0.5, -1.0, -0.2])
-    assert [(r["correct"], r["boxed"]) for r in rollouts] == [(True, True), (True, True), (False, True), (False, False)]
+    assert [r.reward for r in rollouts] == pytest.approx([1.0, 0.5, -1.0, -0.2])
+    assert [(r.correct, r.boxed, r.passed) for r in rollouts] == [(True, True, True), (True, True, True),
+                                                                  (False, True, False), (False, False, False)]
 
 
 def test_format_penalty_reaches_the_reward_in_a_run(run_setup, monkeypatch):
     monkeypatch.setattr(T.verify, "grade_batch", REAL_GRADE_BATCH)
-    monkeypatch.setattr(T.verify, "reward_batch", REAL_REWARD_BATCH)
     run = T.train(run_setup(steps=1, format_penalty=0.3))
     m = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     # a random character model never boxes an answer: every sample is a format failure worth -0.3
@@ -251,15 +257,15 @@ def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(run_setup, char_model
             p.add_(0.05 * torch.randn_like(p))
     rows = T.collect_rollouts(policy, tok, [dict(problem="What is 1 + 1?", answer="2")], cfg, seeds=[0])
     for r in rows:
-        r["reward"] = 1.0
-    T.add_reference_kl(reference, rows, cfg, "cpu", tok.pad_id)
+        r.reward = 1.0
+    T.add_reference_kl(make_run(cfg, policy, tok, reference=reference), rows)
     for r in rows:  # independently: full forward of the reference, log-softmax of each completion token
-        seq = torch.tensor([r["prompt"] + r["tokens"]])
+        seq = torch.tensor([r.prompt + r.tokens])
         with torch.no_grad():
-            ref = reference(seq)[0, len(r["prompt"]) - 1:-1].log_softmax(-1)
-        ref_logp = ref.gather(-1, torch.tensor(r["tokens"])[:, None]).squeeze(-1)
-        kl = sum(r["sampler_logprobs"]) - ref_logp.sum().item()  # k1 summed over the sequence
-        assert r["kl"] == pytest.approx(kl, abs=1e-4) and r["reward"] == pytest.approx(1.0 - 0.5 * kl, abs=1e-4)
+            ref = reference(seq)[0, len(r.prompt) - 1:-1].log_softmax(-1)
+        ref_logp = ref.gather(-1, torch.tensor(r.tokens)[:, None]).squeeze(-1)
+        kl = sum(r.sampler_logprobs) - ref_logp.sum().item()  # k1 summed over the sequence
+        assert r.kl == pytest.approx(kl, abs=1e-4) and r.reward == pytest.approx(1.0 - 0.5 * kl, abs=1e-4)
     run = T.train(run_setup(objective="reinforce_pp", kl_coef=0.1, kl_in="reward", steps=2))
     m = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert m[0]["kl"] == pytest.approx(0.0, abs=1e-5) and m[1]["kl"] > 0  # k3: zero while policy == reference
@@ -268,18 +274,18 @@ def test_kl_in_reward_subtracts_beta_times_the_sequence_kl(run_setup, char_model
 def test_dynamic_sampling_keeps_only_mixed_groups(run_setup, char_model_dir):
     policy, tok = checkpoint.load_model(char_model_dir, device="cpu"), checkpoint.load_tokenizer(char_model_dir)
     pool = P.load_problems(run_setup().dataset)
-    plain_drawn, plain_batch, _, seconds = T.draw_rollouts(policy, tok, pool, run_setup(), 0, {})
+    plain_drawn, plain_batch, _, seconds = T.draw_rollouts(make_run(run_setup(), policy, tok, pool), 0)
     assert plain_drawn == plain_batch and len(plain_batch) == 2 * 4
     for step in range(4):
         cfg = run_setup(dynamic_sampling=True, max_draws=3)
-        drawn, batch, _, seconds = T.draw_rollouts(policy, tok, pool, cfg, step, {})
+        drawn, batch, _, seconds = T.draw_rollouts(make_run(cfg, policy, tok, pool), step)
         groups = [batch[i:i + 4] for i in range(0, len(batch), 4)]
-        assert all(0 < sum(r["correct"] for r in g) < 4 for g in groups)  # mixed correctness only
+        assert all(0 < sum(r.passed for r in g) < 4 for g in groups)  # mixed only
         assert len(drawn) % 8 == 0 and len(drawn) <= 3 * 8 and len(groups) <= 2
         assert len(groups) == 2 or len(drawn) == 3 * 8  # short of P groups only when the draws ran out
         assert all(any(r is d for d in drawn) for r in batch)
         if step == 0:  # the first draw is the one a plain run makes
-            assert [r["tokens"] for r in drawn[:8]] == [r["tokens"] for r in plain_drawn]
+            assert [r.tokens for r in drawn[:8]] == [r.tokens for r in plain_drawn]
     assert seconds["sampling"] > 0
 
 
@@ -352,7 +358,7 @@ def test_lora_run_resumes_exactly(run_setup, tmp_path):
 
 
 def test_nonfinite_loss_skips_the_update(run_setup, char_model_dir, monkeypatch):
-    nan_loss = objectives.Objective(objectives.OBJECTIVES["drgrpo"].advantages, lambda b, cfg: b["logp"].sum() * float("nan"),
+    nan_loss = objectives.Objective(objectives.OBJECTIVES["drgrpo"].advantages, lambda b, cfg: b.logp.sum() * float("nan"),
                                     "a test", "a NaN loss")
     monkeypatch.setitem(objectives.OBJECTIVES, "drgrpo", nan_loss)
     run = T.train(run_setup(steps=1))
@@ -514,10 +520,10 @@ def test_group_dispersion_is_logged_and_zero_for_identical_completions(run_setup
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert "group_dispersion" not in rows[0] and 0 <= rows[1]["group_dispersion"] <= 2
     policy = checkpoint.load_model(char_model_dir, device="cpu")
-    same = [dict(prompt=[5, 6], tokens=[7, 8, 9]) for _ in range(3)]
+    same = [T.Example(prompt=[5, 6], tokens=[7, 8, 9]) for _ in range(3)]
     assert diversity.group_dispersion(policy, same, 3) == pytest.approx(0, abs=1e-6)
-    mixed = same + [dict(prompt=[5, 6], tokens=[t, 9, 8]) for t in (10, 11, 12)]
-    emb = diversity.completion_embeddings(policy, [r["prompt"] for r in mixed], [r["tokens"] for r in mixed])
+    mixed = same + [T.Example(prompt=[5, 6], tokens=[t, 9, 8]) for t in (10, 11, 12)]
+    emb = diversity.completion_embeddings(policy, [r.prompt for r in mixed], [r.tokens for r in mixed])
     assert diversity.group_dispersion(policy, mixed, 3) == pytest.approx(diversity.embedding_dispersion(emb[3:]) / 2, abs=1e-6)
 
 
@@ -579,7 +585,7 @@ def test_ctrl_c_after_an_update_saves_it_under_its_own_step_and_resumes_exactly(
     elif moment == "periodic_save":
         monkeypatch.setattr(runs, "save_checkpoint", once(runs.save_checkpoint, lambda a, k, n: n == 1))
     else:  # the update is applied; the step's metrics are still being computed
-        monkeypatch.setattr(T, "step_metrics", once(T.step_metrics, lambda a, k, n: a[8] == 1))
+        monkeypatch.setattr(T, "step_metrics", once(T.step_metrics, lambda a, k, n: a[1] == 1))
     with pytest.raises(KeyboardInterrupt):
         T.train(run_setup(out=str(tmp_path / "cut"), **kw))
     for module, name, real in originals:
@@ -682,11 +688,24 @@ def test_final_and_checkpoints_get_the_umask_permissions(run_setup):
 def test_weights_gone_non_finite_end_the_run_naming_the_step(run_setup, monkeypatch):
     real = T.policy_update
 
-    def poisoned(policy, *args, **kw):
-        stats = real(policy, *args, **kw)
+    def poisoned(run, *args, **kw):
+        stats = real(run, *args, **kw)
         with torch.no_grad():
-            next(policy.parameters()).fill_(float("nan"))
+            next(run.policy.parameters()).fill_(float("nan"))
         return stats
     monkeypatch.setattr(T, "policy_update", poisoned)
     with pytest.raises(ValueError, match="step 1: the update made the weights non-finite"):
         T.train(run_setup(steps=2))
+
+
+# -----------------------------------------------------------------------------
+# The seams of the plain path
+
+
+def test_the_uniform_selector_is_problems_for_step_and_extra_draws_are_seeded(run_setup):
+    cfg = run_setup(problems_per_step=3)
+    run = make_run(cfg, None, None, pool=range(6))
+    for step in range(4):
+        assert T.choose_problems(run, step, 0, []) == T.problems_for_step(6, step, 3, cfg.seed)
+    extra = T.choose_problems(run, 1, 2, [])
+    assert extra == T.choose_problems(run, 1, 2, []) and len(set(extra)) == 3  # a function of (seed, step, draw)

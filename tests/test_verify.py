@@ -1,4 +1,4 @@
-"""Tests for verify.py: hand-labelled answer pairs, the MATH-500 references, extraction, rewards, the
+"""Tests for verify.py: hand-labelled answer pairs, the MATH-500 references, extraction, verdicts, the
 batch form, and adversarial (untrusted) model output."""
 
 import json
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import symbolic  # noqa: E402
 import verify  # noqa: E402
-from verify import extract_answer, grade, grade_batch, is_equivalent, reward, reward_batch  # noqa: E402
+from verify import extract_answer, grade, grade_batch, grade_with, is_equivalent  # noqa: E402
 
 
 def rows(name):
@@ -259,7 +259,7 @@ def test_tolerance_only_for_decimals():
 
 
 def test_grade_applies_the_exact_rule():
-    """The rules hold through grade, reward and the batch forms on whole boxed responses."""
+    """The rules hold through grade and the batch forms on whole boxed responses."""
     filler = 'We expand, simplify and check each case carefully. ' * 20
     wrong = [('10^{20}+1', '10^{20}'), ('1+10^{-20}', '1'), ('\\frac{10^{30}+1}{10^{30}}', '1'),
              ('2^{2^{-70}}', '1'), ('\\sin 30', '\\frac12'), ('0.3', '0.\\overline{3}')]
@@ -269,12 +269,12 @@ def test_grade_applies_the_exact_rule():
     pairs = [(f'{filler}So the answer is $\\boxed{{{x}}}$.', ref) for x, ref in wrong + right]
     want = [False] * len(wrong) + [True] * len(right)
     assert [grade(x, ref) for x, ref in pairs] == want
-    assert [reward(x, ref) for x, ref in pairs] == [float(w) for w in want]
     responses, refs = zip(*pairs)
     assert grade_batch(responses, refs) == want
+    assert grade_with('answer', responses, [dict(problem='', answer=r) for r in refs]) == want
 
 # -----------------------------------------------------------------------------
-# extraction, rewards, batch
+# extraction, verdicts, batch
 
 
 @pytest.mark.parametrize('text,want', [
@@ -296,13 +296,15 @@ def test_extract_answer(text, want):
     assert extract_answer(text) == want
 
 
-def test_reward_values():
-    assert reward('so the answer is \\boxed{\\frac12}', '0.5') == 1.0
-    assert reward('so the answer is \\boxed{3}', '0.5') == 0.0
-    assert reward('so the answer is 0.5', '0.5') == -0.2
-    assert reward('\\boxed{0.5', '0.5') == -0.2
-    assert reward('nothing', '0.5', format_penalty=0.5) == -0.5
+def test_verdicts_need_a_final_box():
+    """A verdict only (what it is paid: reward.py): right, wrong, and no well-formed box is wrong."""
+    assert grade('so the answer is \\boxed{\\frac12}', '0.5') is True
+    assert grade('so the answer is \\boxed{3}', '0.5') is False
+    assert grade('so the answer is 0.5', '0.5') is False and grade('\\boxed{0.5', '0.5') is False
     assert grade('\\boxed{x = 5}', '5') and not grade('x = 5', '5')
+    row = dict(problem='1 + 2', answer='3')  # steps: the worked chain too, so a bare right box fails
+    assert grade_with('steps', ['1 + 2 = 3\n\\boxed{3}', '\\boxed{3}'], [row, row]) == [True, False]
+    assert grade_with('answer', ['1 + 2 = 3\n\\boxed{3}', '\\boxed{3}'], [row, row]) == [True, True]
 
 
 def test_batch_matches_single():
@@ -311,7 +313,6 @@ def test_batch_matches_single():
              ('\\boxed{1,-2}', '-2,1'), ('\\boxed{(1,2)}', '(2,1)'), ('\\boxed{1}', '1'), ('\\boxed{2x+3}', 'y=2x+3')]
     responses, refs = zip(*pairs)
     assert grade_batch(responses, refs) == [grade(x, r) for x, r in pairs]
-    assert reward_batch(responses, refs) == [reward(x, r) for x, r in pairs]
     with pytest.raises(ValueError):
         grade_batch(['\\boxed{1}'], [])
 
@@ -371,11 +372,11 @@ def test_adversarial(i, tmp_path, warm_worker):
     for ref in ('5', '0', 'x', '10^{1000000}'):
         is_equivalent('x+1', '1+x')  # make sure a restarted worker is up before timing
         start = time.monotonic()
-        value = reward(response, ref, timeout=LIMIT)
+        value = grade(response, ref, timeout=LIMIT)
         assert time.monotonic() - start < LIMIT + 0.5
         # none of these is a disguised right answer: only a box holding the reference itself is right
         boxed = extract_answer(response)
-        assert value == (-0.2 if boxed is None else 1.0 if boxed.strip() == ref else 0.0), (ref, value)
+        assert value == (boxed is not None and boxed.strip() == ref), (ref, value)
     assert grade_batch([response], ['5'], timeout=LIMIT) == [grade(response, '5', timeout=LIMIT)]
     assert not (tmp_path / 'pwned').exists()
     assert (MARKER.stat().st_mtime_ns if MARKER.exists() else None) == pwned_before

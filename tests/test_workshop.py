@@ -151,8 +151,8 @@ def psr_loss_grad(correct, lengths, budget=4):
     adv = psr.PSR.advantages(torch.zeros(1, len(correct)), c, cfg).flatten()
     mask = torch.tensor([[1.0] * n + [0.0] * (budget - n) for n in lengths])
     logp = torch.full(mask.shape, -1.0, requires_grad=True)
-    b = dict(logp=logp, old_logp=logp.detach(), ref_logp=None, mask=mask, adv=adv, tis=torch.ones_like(mask),
-             n_sequences=len(lengths), n_tokens=int(mask.sum()))
+    b = objectives.MicroBatch(logp=logp, old_logp=logp.detach(), ref_logp=None, mask=mask, adv=adv,
+                              tis=torch.ones_like(mask), n_sequences=len(lengths), n_tokens=int(mask.sum()))
     loss = psr.PSR.loss(b, cfg)
     loss.backward()
     return loss.item(), logp.grad, adv

@@ -197,18 +197,11 @@ def training_pools(problems, rows, heldout):
     return dict(mixed_pool=[p for p in rest if p["id"] in mixed], full_pool=rest)
 
 
-def write_jsonl(path, rows):
-    """Write to a temporary name, then rename: a reader never sees half a file."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(path)
-
-
 def write_pools(out_dir, heldout, pools):
     """Write heldout.jsonl and each pool; refuses (writing nothing) when any of them holds a MATH-500 problem."""
     P.check_held_out(heldout + [p for pool in pools.values() for p in pool])
     for name, rows in dict(heldout=heldout, **pools).items():
-        write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
+        runs.write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
 
 
 # -----------------------------------------------------------------------------
@@ -479,7 +472,7 @@ def run(cfg):
     rows = band_rows(records, cfg.group_by)
     pools = training_pools(problems, rows, heldout)
     write_pools(cfg.out, heldout, pools)
-    write_jsonl(Path(cfg.out) / "bands.jsonl", rows)
+    runs.write_jsonl(Path(cfg.out) / "bands.jsonl", rows)
     summary = summarize_bands(rows, cfg.group_by)
     summary.update(pools=dict(heldout=len(heldout), **{name: len(pool) for name, pool in pools.items()}),
                    heldout_per_group=cfg.heldout_per_group, wall_time_s=time.time() - t0,

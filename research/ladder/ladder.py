@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: t
 import checkpoint  # noqa: E402
 import evaluate as E  # noqa: E402
 import problems as P  # noqa: E402
+import runs  # noqa: E402
 import stats  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
 import verify  # noqa: E402
-from research.bands import bands as B  # noqa: E402
 
 LINE = re.compile(r"(\d+) ([+*-]) (\d+) = (\d+)")
 
@@ -253,7 +253,7 @@ def main():
         seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
         steps, questions, every = (2, 32, 2) if args.quick else (args.steps, args.questions, args.eval_every)
         if args.quick:  # 10 validation problems, 4 x 4 rollouts a step
-            B.write_jsonl(out / "quick_val.jsonl", P.load_problems("tiny_ladder_val", 10))
+            runs.write_jsonl(out / "quick_val.jsonl", P.load_problems("tiny_ladder_val", 10))
             flags += ["--problems-per-step", "4", "--group-size", "4", "--val-dataset", str(out / "quick_val.jsonl")]
         val = flags[flags.index("--val-dataset") + 1] if "--val-dataset" in flags else "tiny_ladder_val"
         results = [dict(name="start", seed="-", questions=0, curve=[(0, 0, 0.0, 0.0, start_accuracy(args.model, val))])]

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: t
 import checkpoint  # noqa: E402
 import evaluate as E  # noqa: E402
 import problems as P  # noqa: E402
+import runs  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
-from research.bands import bands as B  # noqa: E402
 
 
 def run(seed, steps, loop, out, args, flags=()):
@@ -115,7 +115,7 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.val = out / "val.jsonl"  # the rungs take turns in tiny_ladder_val, so its first 5 k rows are k per rung
-    B.write_jsonl(args.val, P.load_problems("tiny_ladder_val", args.per_rung * len(tiny.LADDER_LEVELS)))
+    runs.write_jsonl(args.val, P.load_problems("tiny_ladder_val", args.per_rung * len(tiny.LADDER_LEVELS)))
     seeds, loops, S = [int(s) for s in args.seeds.split(",")], [int(n) for n in args.loops.split(",")], args.steps
     start = start_accuracy(args.val)
     plain, looped, raw = [], {n: [] for n in loops}, []

@@ -24,9 +24,9 @@ Round r starts from the policy pi_r (pi_0 = --model) and does, each step one pla
    counts per level and per source (sample, adaptive, hint) are logged and the traces written to traces_N.jsonl.
 3. Distil (System 1): next-token loss on the selected traces with the prompt tokens masked, from pi_r
    (--distil-from continue, STaR / expert iteration, Zelikman et al. 2022; Anthony et al. 2017) or from pi_0
-   (--distil-from restart, ReST-EM, Singh et al. 2023). The update is train_rl.policy_update (micro-batches,
-   clipping, AdamW step) with advantage 1 on every trace under the CISPO loss: at ratio 1 its weight is 1, so
-   the loss is exactly the token-mean negative log-likelihood -sum(log p) / tokens (tests check the value).
+   (--distil-from restart, ReST-EM, Singh et al. 2023). The update is train_rl.sft_update: the token-mean
+   negative log-likelihood -sum(log p) / tokens, micro-batched, clipped and stepped as the RL update (tests
+   check the value).
    --replay-share S keeps what was learnt: that share of the set is earlier rounds' traces, drawn at random.
 4. Optional RL (--rl-steps N): train_rl.train from the distilled policy, called as a function.
 5. Evaluate pi_{r+1} in both modes on the validation split with evaluate.evaluate: fast = the common
@@ -317,7 +317,7 @@ Returns evaluate.py's records (one per problem, k samples) and summary; the reco
     summary["inference_flops"] = decompose_flops(policy.config, records)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs.write_json(out_dir / "settings.json", settings)
-    write_jsonl(out_dir / "records.jsonl", records)
+    runs.write_jsonl(out_dir / "records.jsonl", records)
     runs.write_json(out_dir / "summary.json", summary)
     return records, summary
 
@@ -398,22 +398,21 @@ def traces_for_round(records, cfg, r, tokenizer):
 
 
 def trace_rows(traces, problems_by_id, tokenizer, template):
-    """train_rl.sft_update's rows: prompt ids, completion ids (the response re-encoded, then the stop token, so the
-    model learns to stop); sampler log-probs are unused (no importance weights) and set to 0."""
+    """train_rl.sft_update's rows (train_rl.Example): prompt ids, completion ids (the response re-encoded, then the
+    stop token, so the model learns to stop)."""
     eos = tokenizer.stop_token_ids(chat=template != "base")[0]
     rows = []
     for t in traces:
         tokens = tokenizer.encode(t["response"]) + [eos]
-        rows.append(dict(prompt=tokenizer.encode(P.format_prompt(problems_by_id[t["id"]]["problem"], template)),
-                         tokens=tokens, sampler_logprobs=[0.0] * len(tokens)))
+        rows.append(T.Example(tokenizer.encode(P.format_prompt(problems_by_id[t["id"]]["problem"], template)), tokens))
     return rows
 
 
 def distil_config(cfg, n_updates):
-    """train_rl's Config for the update: CISPO's loss at ratio 1 with advantage 1 is the token-mean NLL."""
-    return T.Config(objective="cispo", lr=cfg.lr, warmup_steps=cfg.warmup_steps, schedule=cfg.schedule,
-                    steps=max(1, n_updates), grad_clip=cfg.grad_clip, weight_decay=cfg.weight_decay,
-                    micro_batch_tokens=cfg.micro_batch_tokens, epochs_per_batch=1, tis_cap=0.0, kl_coef=0.0)
+    """train_rl's Config for the distillation updates (train_rl.sft_update, the token-mean NLL): the schedule of
+    n_updates AdamW steps and the optimization settings."""
+    return T.Config(lr=cfg.lr, warmup_steps=cfg.warmup_steps, schedule=cfg.schedule, steps=max(1, n_updates),
+                    grad_clip=cfg.grad_clip, weight_decay=cfg.weight_decay, micro_batch_tokens=cfg.micro_batch_tokens)
 
 
 def distil(policy, rows, cfg, r, device, pad_id):
@@ -469,7 +468,7 @@ def rl_phase(cfg, round_dir, r, pool):
     if cfg.frontier or cfg.fresh:
         dataset, n = str(round_dir / "rl_pool.jsonl"), 0
         round_dir.mkdir(parents=True, exist_ok=True)
-        write_jsonl(dataset, pool)
+        runs.write_jsonl(dataset, pool)
     rcfg = rl_config(cfg, round_dir, r, dataset, n)
     if not rcfg.resume:
         shutil.rmtree(run, ignore_errors=True)
@@ -524,7 +523,7 @@ def greedy_entropy(policy, tokenizer, problems_by_id, records, template, device,
     rows = trace_rows([dict(id=r["id"], response=r["response"]) for r in records], problems_by_id, tokenizer, template)
     total, count = 0.0, 0
     for batch in T.micro_batches(rows, micro_batch_tokens):
-        ids, mask, _ = T.rollout_tensors(batch, tokenizer.pad_id, device)
+        ids, mask = T.sequence_tensors(batch, tokenizer.pad_id, device)
         _, entropy = M.token_logprobs(policy, ids)
         total += float((entropy.float() * mask).sum())
         count += int(mask.sum())
@@ -609,7 +608,7 @@ def run_round(r, cfg, out, pools, tokenizer, device, rows):
         train_set = fresh_problems(train_set, r, cfg.num_problems)
     records, passes = deliberate(sampler, tokenizer, train_set, cfg, round_dir, r)
     traces = traces_for_round(records, cfg, r, tokenizer)
-    write_jsonl(out / f"traces_{r}.jsonl", traces)
+    runs.write_jsonl(out / f"traces_{r}.jsonl", traces)
     replayed = replayed_traces(out, r, len(traces), cfg)
     policy, _ = load_policy(out / ("round_0" if cfg.distil_from == "restart" else f"round_{r - 1}"), device)
     by_id = {p["id"]: p for p in pools[0]}  # the whole pool: a replayed trace's problem is an earlier round's
@@ -656,12 +655,6 @@ def finish_row(row, r, cfg, out, val_set, tokenizer, device, rows, t0):
     E.append_records(out / "rounds.jsonl", [row])
     print_row(row, cfg)
     return row
-
-
-def write_jsonl(path, rows):
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
-    os.replace(tmp, path)
 
 
 def print_row(row, cfg):

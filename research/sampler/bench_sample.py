@@ -9,8 +9,8 @@ memory-bandwidth limit (weight bytes read per step against a measured copy bandw
     python research/sampler/bench_sample.py --temperature 1   # the same, both samplers drawing from the softmax
     python research/sampler/bench_sample.py --temperature 1 --layers 6 --batches 32   # 6 layers: sampling weighs more
     python research/sampler/bench_sample.py --quick    # a small shape, seconds
-    python research/sampler/bench_sample.py --kernels  # the CPU products model.Linear picks between: one bf16 row
-                                             # (torch.mv or F.linear), 8-48 fp32 rows (W @ x.T or F.linear)
+    python research/sampler/bench_sample.py --kernels  # the CPU products model_kernels.cpu_linear picks between:
+                                             # one bf16 row (torch.mv or F.linear), 8-48 fp32 rows (W @ x.T or F.linear)
     python research/sampler/bench_sample.py --device cuda --compile   # on a GPU, with the compiled decode step too
     python research/sampler/bench_sample.py --ragged   # continuous batching against chunks, ragged output lengths
     python research/sampler/bench_sample.py --sampling # choosing the next token against one decode step, batch 32
@@ -42,8 +42,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import batching  # noqa: E402
 import checkpoint  # noqa: E402
 import model as M  # noqa: E402
+import model_kernels as K  # noqa: E402
 import sample as S  # noqa: E402
 from sample import (MASK32, block_sums, generate, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
                     sample_next, surely_inside, uniform)
@@ -68,7 +70,7 @@ def timed(fn):
 
 
 def one_row_kernels(threads, repeats=5, total_bytes=600 * 2**20):
-    """GB/s of weight read by a one-row bf16 product, torch.mv against F.linear (what model.Linear
+    """GB/s of weight read by a one-row bf16 product, torch.mv against F.linear (what model_kernels.cpu_linear
     chooses between), over enough distinct weights that they come from memory, not cache."""
     for n_out, n_in in [(3072, 1024), (1024, 3072)]:
         weights = [torch.randn(n_out, n_in, dtype=torch.bfloat16) for _ in range(total_bytes // (2 * n_out * n_in))]
@@ -84,10 +86,11 @@ def one_row_kernels(threads, repeats=5, total_bytes=600 * 2**20):
 
 
 def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
-    """float32 products of a few rows through model.Linear, its weight-left product (W @ x.T) turned on at every
-    row count against off (F.linear, x @ W.T), alternated, medians; then a whole decode step of 6 layers of the
-    0.6B widths (full vocabulary, 200-token cache) with FP32_ROWS_WEIGHT_LEFT as it is against off."""
-    on, everywhere, nowhere = M.FP32_ROWS_WEIGHT_LEFT, (2, 64), (0, -1)  # model.Linear's own choice, toggled
+    """float32 products of a few rows through model.Linear (model_kernels.cpu_linear), its weight-left product
+    (W @ x.T) turned on at every row count against off (F.linear, x @ W.T), alternated, medians; then a whole
+    decode step of 6 layers of the 0.6B widths (full vocabulary, 200-token cache) with FP32_ROWS_WEIGHT_LEFT as
+    it is against off."""
+    on, everywhere, nowhere = K.FP32_ROWS_WEIGHT_LEFT, (2, 64), (0, -1)  # cpu_linear's own choice, toggled
     for n_out, n_in, name in [(151936, 1024, "lm_head"), (3072, 1024, "mlp up"), (1024, 3072, "mlp down")]:
         layers = [torch.nn.utils.skip_init(M.Linear, n_in, n_out, bias=False)
                   for _ in range(max(1, 2**28 // (4 * n_out * n_in)))]  # 256 MB of weights: read from memory
@@ -99,16 +102,16 @@ def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
 
             @torch.inference_mode()
             def products(choice):
-                M.FP32_ROWS_WEIGHT_LEFT = choice
+                K.FP32_ROWS_WEIGHT_LEFT = choice
                 return [layer(x) for layer in layers]
             for _ in range(repeats):
                 for choice in t:
                     t[choice].append(timed(lambda: products(choice)))
             ratios.append(f"{b}: {statistics.median(t[nowhere]) / statistics.median(t[everywhere]):.2f}x"
                           + ("*" if on[0] <= b <= on[1] else ""))
-        M.FP32_ROWS_WEIGHT_LEFT = on
+        K.FP32_ROWS_WEIGHT_LEFT = on
         print(f"({n_out}, {n_in}) float32 {name}, F.linear time / W @ x.T time by rows: " + ", ".join(ratios))
-    print(f"  (* rows model.Linear sends to W @ x.T: FP32_ROWS_WEIGHT_LEFT = {on})")
+    print(f"  (* rows model_kernels.cpu_linear sends to W @ x.T: FP32_ROWS_WEIGHT_LEFT = {on})")
     config = M.Qwen3Config(num_hidden_layers=6)
     torch.manual_seed(0)
     model, context = M.Qwen3(config).eval(), 200
@@ -118,17 +121,17 @@ def few_row_kernels(repeats=5, batches=(2, 4, 8, 13, 16, 32, 48, 64)):
 
         @torch.inference_mode()
         def step(choice):  # the choice on or off, at the same 200-token cache each time
-            M.FP32_ROWS_WEIGHT_LEFT, cache.length = choice, context
+            K.FP32_ROWS_WEIGHT_LEFT, cache.length = choice, context
             logits[choice] = model(token, cache=cache, last_only=True)
         with torch.inference_mode():
             model(torch.randint(0, 1000, (b, context)), cache=cache, last_only=True)
         for _ in range(repeats):
             for choice in t:
                 t[choice].append(timed(lambda: step(choice)))
-        M.FP32_ROWS_WEIGHT_LEFT = on
+        K.FP32_ROWS_WEIGHT_LEFT = on
         same = bool((logits[on].argmax(-1) == logits[nowhere].argmax(-1)).all())
         print(f"decode step, 6 float32 layers, {b:2d} rows: {statistics.median(t[nowhere]) * 1e3:6.1f} ms F.linear "
-              f"everywhere, {statistics.median(t[on]) * 1e3:6.1f} ms as model.Linear picks "
+              f"everywhere, {statistics.median(t[on]) * 1e3:6.1f} ms as model_kernels.cpu_linear picks "
               f"({statistics.median(t[nowhere]) / statistics.median(t[on]):.2f}x); greedy tokens the same: {same}")
 
 
@@ -178,7 +181,7 @@ class ScriptedLengths(torch.nn.Module):
     def forward(self, ids, cache, last_only):
         logits = self.model(ids, cache=cache, last_only=last_only)
         row = ids[:, -1]
-        filled = cache.lens if isinstance(cache, M.SlotCache) else cache.length - cache.pad
+        filled = cache.lens if isinstance(cache, batching.SlotCache) else cache.length - cache.pad
         made = filled - self.prompt_lens[row]  # tokens each row has generated so far
         forced = torch.where(made + 1 >= self.lengths[row], 0, row)
         return torch.full_like(logits, float("-inf")).scatter_(-1, forced[:, None, None], 0.0)
@@ -625,7 +628,8 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: both sample (rollouts do)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per setting, alternating (medians reported)")
-    ap.add_argument("--kernels", action="store_true", help="only time the CPU products model.Linear picks from")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only time the CPU products that model_kernels.cpu_linear picks from")
     ap.add_argument("--ragged", action="store_true", help="only the ragged workload: continuous batching vs chunks")
     ap.add_argument("--ragged-budget", type=int, default=256, help="--ragged: the generation budget")
     ap.add_argument("--throughput", action="store_true", help="only the GPU throughput workloads (nano-vllm, RL)")

@@ -22,9 +22,9 @@ import objectives  # noqa: E402
 import train_rl as T  # noqa: E402
 
 
-def positive_only_advantages(correct):
-    """(P, G) bool -> (P, G) float: 1 for a right answer, 0 for a wrong one (from correctness, not the reward)."""
-    return correct.float()
+def positive_only_advantages(passed):
+    """(P, G) bool -> (P, G) float: 1 for a right answer, 0 for a wrong one (from what passed, not the reward)."""
+    return passed.float()
 
 
 PSR = objectives.Objective(lambda r, c, cfg: positive_only_advantages(c), objectives.token_mean_loss,
