@@ -378,7 +378,7 @@ def rl_step(run, step, totals):
     trained = [r for r in batch if r.advantage != 0 or kl_in_loss or not cfg.skip_zero_advantage]
     batch_tokens = sum(len(r.tokens) for r in batch)  # the token-level losses' denominator
     stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
-    if trained:
+    if trained:  # the denominators count the whole batch (P x G rows), dropped rows too: the same loss as without
         stats = policy_update(run, D.rank_share(trained), len(batch), batch_tokens)
     if run.reference is not None and cfg.kl_in == "reward":
         stats["kl"] = sum(r.kl for r in batch) / max(1, batch_tokens)
