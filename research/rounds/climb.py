@@ -1,0 +1,364 @@
+"""
+The climb (issue #57): System 2 labels one new rung a round, System 1 learns it at a scale that works.
+
+    python research/rounds/climb.py --out runs/climb/s0                          # rungs 6 -> 10 from tiny-ladder
+    python research/rounds/climb.py --start runs/r49/hold-s0/round_10 --out runs/climb/hold-s0   # another start
+
+Round r (1, 2, ...) targets rung k = --start-rung + r - 1 (6, 7, 8, 9, 10 by default), from pi_{r-1} (pi_0 =
+--start, saved as round_0/):
+1. Label (System 2): pi_{r-1} solves --label-problems fresh training problems of rung k (the rung's rows of the
+   split that holds it, in order, never a problem an earlier round labelled) by rounds.py's decomposed deliberation:
+   each of --samples samples is a chain of calls on pieces of at most --chunk-ops operations. The traces
+   verify.check_steps accepts against the training answer are kept (rounds.select_traces: at most --max-traces a
+   problem), written to traces_r.jsonl.
+2. Distil (System 1), when labelling gave at least --min-traces traces: the new rung's traces beside a replay of
+   --replay-ratio as many earlier traces (every earlier round's, and with --base-replay the ladder's own worked
+   solutions of the rungs below --start-rung), shared out as evenly over the earlier rungs as they allow; --updates
+   AdamW steps of --batch-size traces drawn in seeded passes over the mix, lr warmed up linearly for --warmup
+   updates then cosine-decayed from --lr (train_rl.lr_at), each step train_rl.sft_update (the token-mean NLL, prompt
+   masked). A fresh optimizer every round (Lee et al. 2025 re-warm each round).
+3. Evaluate pi_r: fast (greedy, step-valid, --max-new-tokens) per rung 2-10 on the validation splits (--val-limit a
+   rung), and the decomposed vote (majority over --samples) at the next rung, k + 1.
+Row 0 of climb.jsonl evaluates pi_0 (its vote at --start-rung); row r holds round r: the rung, problems labelled
+and solved, traces per rung in the mix, each rung's share of the mix's tokens and (--loss-probe) of its loss before
+the first and after the last update, updates, FLOPs of labelling and of distillation (model.flops_per_token, as
+rounds.py counts them), per-rung fast accuracy and the vote. --resume: a round is complete once its row is in
+climb.jsonl; an incomplete round is redone (its labelling records, written by a policy already on disk, are
+reused), so the result equals an uninterrupted run.
+"""
+
+import dataclasses
+import json
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: the core, and research.*
+import checkpoint  # noqa: E402
+import cli  # noqa: E402
+import evaluate as E  # noqa: E402
+import model as M  # noqa: E402
+import problems as P  # noqa: E402
+import runs  # noqa: E402
+import tiny  # noqa: E402
+import train_rl as T  # noqa: E402
+from research.rounds import rounds as R  # noqa: E402
+
+# The splits that hold each rung: (top rung, training split, validation split), rungs 2-6, 7-8, 9-10.
+SPLITS = ((6, "tiny_ladder_train", "tiny_ladder_val"), (8, "tiny_ladder_far_train", "tiny_ladder_far_val"),
+          (10, "tiny_ladder_far2_train", "tiny_ladder_far2_val"))
+RUNGS = range(2, 11)
+TEMPLATE = "base"
+RESUMABLE = {"rounds", "resume", "device", "out"}  # may change on --resume; every other setting must match
+PROGRAM = "climb"  # config.json's mark: a rounds.py run in --out is never resumed as a climb
+
+label_arg, distil_arg, run_arg = map(cli.arg_group, (
+    "System 2: labelling a new rung", "System 1: distillation", "evaluation and run"))
+
+
+@dataclass
+class ClimbConfig:
+    HELP_GROUPS = ("System 2: labelling a new rung", "System 1: distillation", "evaluation and run")
+    start: str = run_arg("tiny-ladder", "pi_0: tiny-ladder, tiny, or a checkpoint directory (e.g. a rounds run's "
+                                        "round_N)")
+    start_rung: int = label_arg(6, "the rung round 1 labels; round r labels start-rung + r - 1", range="[2, 10]")
+    rounds: int = label_arg(5, "rounds, one new rung each (0: only evaluate --start)", range="[0, 9]")
+    label_problems: int = label_arg(2000, "fresh training problems of the round's rung System 2 labels (fewer where "
+                                          "the rung has fewer: 1,000 at rungs 7-8)", range="[1, inf)")
+    samples: int = label_arg(8, "decomposed samples per problem, in labelling and in the vote", range="[1, inf)")
+    chunk_ops: int = label_arg(3, "operations per piece of the decomposition", range="[1, inf)")
+    temperature: float = label_arg(0.5, "sampling temperature of the decomposed samples", range="(0, inf)")
+    max_traces: int = label_arg(1, "verified traces kept per problem (distinct texts)", range="[1, inf)")
+    min_traces: int = distil_arg(32, "a round with fewer new verified traces distils nothing (pi_r = pi_{r-1}): a "
+                                     "few traces drawn hundreds of times break the policy", range="[1, inf)")
+    replay_ratio: float = distil_arg(1.0, "replayed earlier traces per new trace in the mix (0: none)",
+                                     range="[0, inf)")
+    base_replay: bool = distil_arg(True, "the replay also holds the ladder's worked solutions of the rungs below "
+                                         "--start-rung (tiny_ladder_train)")
+    updates: int = distil_arg(220, "AdamW updates of distillation a round", range="[1, inf)")
+    batch_size: int = distil_arg(32, "traces per update", range="[1, inf)")
+    lr: float = distil_arg(1e-3, "peak learning rate (cosine-decayed to 0 after warmup)", range="[0, inf)")
+    warmup: int = distil_arg(20, "linear warmup updates", range="[0, inf)")
+    weight_decay: float = distil_arg(0.0, "AdamW weight decay", range="[0, inf)")
+    grad_clip: float = distil_arg(1.0, "max gradient norm (0: no clipping)", range="[0, inf)")
+    micro_batch_tokens: int = distil_arg(4096, "padded tokens per forward/backward micro-batch", range="[1, inf)")
+    loss_probe: int = distil_arg(64, "traces per rung whose NLL gives each rung's share of the loss (0: off)",
+                                 range="[0, inf)")
+    max_new_tokens: int = run_arg(tiny.FAR2_MAX_NEW_TOKENS, "token budget of a greedy answer and of each decomposed "
+                                                            "call (a 10-operation chain fits)", range="[1, inf)")
+    val_limit: int = run_arg(0, "validation problems a rung (0: all 100)", range="[0, inf)")
+    eval_batch_size: int = run_arg(64, "problems per generate call of the greedy evaluation", range="[1, inf)")
+    seed: int = run_arg(0, "seed of the decomposed samples, the replay draw and the batch order",
+                        range="[0, 4294967295]")
+    threads: int = run_arg(1, "torch CPU threads (0: one per core); a resume keeps it", range="[0, inf)")
+    device: str = run_arg("", "cuda or cpu (default: cuda when available)")
+    out: str = run_arg("runs/climb", "run directory")
+    resume: bool = run_arg(False, "continue the run in --out: complete rounds are kept, an incomplete one redone")
+
+
+def check_config(cfg):
+    cli.check_fields(cfg)
+    if cfg.start_rung + cfg.rounds - 1 > RUNGS[-1]:
+        raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
+                         f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {RUNGS[-1]}")
+    cli.check_device(cfg.device)
+
+
+def rounds_view(cfg):
+    """rounds.py's settings of its decomposed deliberation and trace selection, from the climb's."""
+    return R.RoundsConfig(template=TEMPLATE, grader="steps", eval_group_by="level", deliberation="decompose",
+                          chunk_ops=cfg.chunk_ops, samples=cfg.samples, temperature=cfg.temperature,
+                          max_new_tokens=cfg.max_new_tokens, selection="distinct", max_traces=cfg.max_traces,
+                          seed=cfg.seed)
+
+
+# -----------------------------------------------------------------------------
+# 1. Label: fresh problems of the round's rung, solved by decomposition, kept where every line checks
+
+
+def split_of(rung, which):
+    """The split holding a rung: which = 1 training, 2 validation."""
+    return next(s[which] for s in SPLITS if rung <= s[0])
+
+
+def fresh_problems(pool, rung, n, used):
+    """The first n rows of the rung in pool (a split's rows, in order) that no earlier round used."""
+    return [p for p in pool if p["level"] == rung and p["id"] not in used][:n]
+
+
+def used_ids(out, r):
+    """Problems labelled by rounds 1..r-1 (their labelling records on disk)."""
+    return {rec["id"] for q in range(1, r) for rec in E.read_records(out / f"round_{q}" / "label" / "records.jsonl")[0]}
+
+
+def ladder_traces(rows, tokenizer):
+    """The ladder's own worked solutions as trace rows (rounds.traces_for_round's fields): the base replay."""
+    out = []
+    for p in rows:
+        response = tiny.completion_text(p, bare=False)
+        n = len(tokenizer.encode(response))
+        out.append(dict(round=0, id=p["id"], level=p["level"], prompt_tokens=len(tokenizer.encode(
+            P.format_prompt(p["problem"], TEMPLATE))), completion_tokens=n, target_tokens=n + 1, adaptive=False,
+            source="ladder", response=response))
+    return out
+
+
+# -----------------------------------------------------------------------------
+# 2. Distil: the new rung beside a replay of the earlier ones
+
+
+def replay_counts(available, total):
+    """Traces to replay per earlier rung: `total` shared out as evenly as `available` ({rung: traces}) allows, the
+    scarcest rungs served first and what they lack passed on to the others."""
+    counts, left = {}, total
+    order = sorted(available, key=lambda k: (available[k], k))
+    for i, k in enumerate(order):
+        counts[k] = min(available[k], -(-left // (len(order) - i)))
+        left -= counts[k]
+    return dict(sorted(counts.items()))
+
+
+def replay(earlier, n_new, ratio, seed, r):
+    """round(ratio x n_new) traces of earlier ({rung: traces}), per rung by replay_counts, drawn without replacement
+    with a seed of (--seed, round, rung)."""
+    counts = replay_counts({k: len(v) for k, v in earlier.items()}, round(ratio * n_new))
+    return [t for k, n in counts.items() for t in random.Random(f"climb-{seed}-{r}-{k}").sample(earlier[k], n)]
+
+
+def by_rung(traces):
+    out = {}
+    for t in traces:
+        out.setdefault(int(t["level"]), []).append(t)
+    return dict(sorted(out.items()))
+
+
+def distil_config(cfg):
+    """train_rl's Config of a round's distillation: its lr schedule (train_rl.lr_at) and optimization settings."""
+    return T.Config(lr=cfg.lr, warmup_steps=cfg.warmup, schedule="cosine", steps=cfg.updates, grad_clip=cfg.grad_clip,
+                    weight_decay=cfg.weight_decay, micro_batch_tokens=cfg.micro_batch_tokens)
+
+
+def distil(policy, rows, cfg, r, device, pad_id):
+    """--updates AdamW steps of --batch-size rows, drawn in seeded passes over rows; returns each update's loss and
+    the indices of the rows trained on, in order."""
+    dcfg = distil_config(cfg)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    losses, trained, order, epoch = [], [], [], 0
+    for update in range(cfg.updates):
+        while len(order) < cfg.batch_size:
+            gen = torch.Generator().manual_seed((cfg.seed * 1_009 + r) * 1_009 + epoch)
+            order, epoch = order + torch.randperm(len(rows), generator=gen).tolist(), epoch + 1
+        batch, order = order[:cfg.batch_size], order[cfg.batch_size:]
+        T.set_lr(optimizer, T.lr_at(update, dcfg))
+        losses.append(T.sft_update(policy, optimizer, [rows[i] for i in batch], dcfg, device, pad_id)["loss"])
+        trained += batch
+    return losses, trained
+
+
+@torch.no_grad()
+def rung_nll(policy, rows_by_rung, cfg, device, pad_id):
+    """{rung: mean NLL per target token} over the first --loss-probe rows of each rung."""
+    out = {}
+    for rung, rows in rows_by_rung.items():
+        total, count = 0.0, 0
+        for batch in T.micro_batches(rows[:cfg.loss_probe], cfg.micro_batch_tokens):
+            ids, mask = T.sequence_tensors(batch, pad_id, device)
+            logp, _ = M.token_logprobs(policy, ids)
+            total, count = total - float((logp.float() * mask).sum()), count + int(mask.sum())
+        out[rung] = total / max(count, 1)
+    return out
+
+
+def shares(weights):
+    total = sum(weights.values())
+    return {str(k): v / total if total else 0.0 for k, v in weights.items()}
+
+
+# -----------------------------------------------------------------------------
+# 3. Evaluate: fast per rung, the decomposed vote at the next rung
+
+
+def evaluate(sampler, tokenizer, val_by_rung, cfg, eval_dir, vote_rung):
+    """The row's evaluation fields: greedy step-valid accuracy per rung (evaluate.evaluate, grader steps) and the
+    decomposed majority vote over --samples at vote_rung (rounds.decompose), when the ladder has it."""
+    val = [p for rows in val_by_rung.values() for p in rows]
+    _, fast = E.evaluate(sampler, tokenizer, val, cfg.max_new_tokens, batch_size=cfg.eval_batch_size, template=TEMPLATE,
+                         grader="steps", group_by="level", out_dir=eval_dir / "fast",
+                         dataset="+".join(s[2] for s in SPLITS))
+    row = dict(fast_accuracy=fast["accuracy"], fast_n=fast["n"],
+               fast_by_rung=dict(sorted(R.per_group(fast).items(), key=lambda kv: int(kv[0]))),
+               eval_flops=fast["inference_flops"], vote_rung=None, vote_accuracy=None, vote_pass_at_k=None, vote_n=0)
+    if vote_rung in val_by_rung:
+        _, vote = R.decompose(sampler, tokenizer, val_by_rung[vote_rung], rounds_view(cfg), eval_dir / "vote", cfg.seed,
+                              cfg.samples, split_of(vote_rung, 2))
+        row.update(vote_rung=vote_rung, vote_accuracy=vote["accuracy"], vote_n=vote["n"],
+                   vote_pass_at_k=vote.get("pass_at_k", {}).get(f"pass@{cfg.samples}"))
+        row["eval_flops"] += vote["inference_flops"]
+    return row
+
+
+# -----------------------------------------------------------------------------
+# The climb
+
+
+def load_data(cfg):
+    """({split: rows} of the training splits, {rung: validation rows}, --val-limit a rung)."""
+    train = {s[1]: P.load_problems(s[1]) for s in SPLITS}
+    val = [p for s in SPLITS for p in P.load_problems(s[2])]
+    val_by_rung = {k: [p for p in val if p["level"] == k] for k in RUNGS}
+    return train, {k: rows[:cfg.val_limit] if cfg.val_limit else rows for k, rows in val_by_rung.items()}
+
+
+def start_run(cfg, out):
+    """Claim --out (as rounds.py claims its runs: config.json's `rounds` key marks it) and write config.json, or check
+    it on --resume; returns the complete rows of climb.jsonl."""
+    config_path = out / "config.json"
+    if cfg.resume:
+        runs.check_out(out, "rounds", resume=True)
+        if runs.read_json_object(config_path).get("program") != PROGRAM:
+            raise ValueError(f"--resume: {out} does not hold a climb run (research/rounds/climb.py)")
+        runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE, ClimbConfig)
+    runs.claim(out, "rounds", resume=cfg.resume)  # held until this process ends
+    runs.write_json(config_path, dict(dataclasses.asdict(cfg), program=PROGRAM, code_version=runs.code_version()))
+    return runs.read_log(out / "climb.jsonl", repair=True)
+
+
+def run_round(r, cfg, out, data, tokenizer, device, rows, base):
+    """Round r >= 1: pi_{r-1} labels rung k, pi_r is distilled from the mix, saved as round_r/ and evaluated."""
+    train, val_by_rung = data
+    t0, rung, round_dir = time.time(), cfg.start_rung + r - 1, out / f"round_{r}"
+    shutil.rmtree(round_dir / "eval", ignore_errors=True)  # what pi_r made before an interruption is redone
+    (round_dir / "model.safetensors").unlink(missing_ok=True)
+    _, sampler = R.load_policy(out / f"round_{r - 1}", device)
+    view, split = rounds_view(cfg), split_of(rung, 1)
+    problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r))
+    if not problems:
+        raise ValueError(f"round {r}: {split} has no unused problem of rung {rung}")
+    records, label = R.decompose(sampler, tokenizer, problems, view, round_dir / "label", 1_000 * (cfg.seed + 1) + r,
+                                 cfg.samples, split)
+    new = R.traces_for_round(records, view, r, tokenizer)
+    runs.write_jsonl(out / f"traces_{r}.jsonl", new)
+    earlier = by_rung(base + [t for q in range(1, r) for t in runs.read_log(out / f"traces_{q}.jsonl")])
+    mix = new + replay(earlier, len(new), cfg.replay_ratio, cfg.seed, r) if len(new) >= cfg.min_traces else []
+    policy, _ = R.load_policy(out / f"round_{r - 1}", device)
+    by_id = {p["id"]: p for rows_ in train.values() for p in rows_}
+    examples = R.trace_rows(mix, by_id, tokenizer, TEMPLATE)
+    mix_rungs = by_rung(mix)
+    tokens = {k: sum(t["target_tokens"] for t in v) for k, v in mix_rungs.items()}
+    probe = {k: [e for e, t in zip(examples, mix) if int(t["level"]) == k] for k in mix_rungs} if cfg.loss_probe else {}
+    nll_first = rung_nll(policy, probe, cfg, device, tokenizer.pad_id) if probe else {}
+    losses, trained = distil(policy, examples, cfg, r, device, tokenizer.pad_id) if mix else ([], [])
+    nll_last = rung_nll(policy, probe, cfg, device, tokenizer.pad_id) if probe else {}
+    train_tokens, train_flops = R.training_flops(policy.config, [mix[i] for i in trained], 1)
+    R.save_policy(policy, round_dir, tokenizer)
+    row = dict(round=r, rung=rung, label_dataset=split, problems_labelled=len(problems),
+               solved=sum(R.n_correct(rec) > 0 for rec in records), label_samples=label["samples_total"],
+               traces_new=len(new), mix_by_rung={str(k): len(v) for k, v in mix_rungs.items()},
+               token_share_by_rung=shares(tokens),
+               loss_share_first_by_rung=shares({k: nll_first[k] * tokens[k] for k in nll_first}) if nll_first else None,
+               loss_share_last_by_rung=shares({k: nll_last[k] * tokens[k] for k in nll_last}) if nll_last else None,
+               nll_first_by_rung={str(k): v for k, v in nll_first.items()} or None,
+               nll_last_by_rung={str(k): v for k, v in nll_last.items()} or None,
+               updates=len(losses), distil_loss_first=losses[0] if losses else None,
+               distil_loss_last=losses[-1] if losses else None, training_tokens=train_tokens,
+               deliberation_flops=label["inference_flops"] or 0.0, distillation_flops=train_flops)
+    return finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0)
+
+
+def finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0):
+    """Evaluate pi_r and append row r to climb.jsonl (the round is complete from then on)."""
+    _, sampler = R.load_policy(out / f"round_{r}", device)
+    row.update(evaluate(sampler, tokenizer, val_by_rung, cfg, out / f"round_{r}" / "eval", cfg.start_rung + r))
+    row["round_flops"] = row.get("deliberation_flops", 0.0) + row.get("distillation_flops", 0.0)
+    row["cumulative_flops"] = row["round_flops"] + (rows[-1]["cumulative_flops"] if rows else 0.0)
+    row["seconds"] = time.time() - t0
+    E.append_records(out / "climb.jsonl", [row])
+    fast = " ".join(f"{k}:{v:.2f}" for k, v in row["fast_by_rung"].items())
+    vote = f"vote@{cfg.samples} rung {row['vote_rung']} {row['vote_accuracy']:.2f}" if row["vote_rung"] else "no vote"
+    solved = f"rung {row['rung']} solved {row['solved']}/{row['problems_labelled']} | " if r else ""
+    print(f"round {r} | {solved}fast per rung {fast} | {vote} | {row['cumulative_flops']:.3g} FLOPs | "
+          f"{row['seconds']:.0f} s", flush=True)
+    return row
+
+
+def run(cfg):
+    check_config(cfg)
+    out = Path(cfg.out)
+    runs.check_out(out, "rounds", cfg.resume)
+    data = load_data(cfg)  # bad data fail before the run directory is written
+    tokenizer = checkpoint.load_tokenizer(cfg.start)
+    context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.start)).max_position_embeddings
+    P.check_prompts_fit([*data[0].items(), ("validation", [p for v in data[1].values() for p in v])], tokenizer,
+                        TEMPLATE, cfg.max_new_tokens, context)
+    device = cfg.device or M.default_device()
+    torch.manual_seed(cfg.seed)
+    pi_0 = None if cfg.resume else checkpoint.load_model(cfg.start, dtype=torch.float32, device=device)
+    rows = start_run(cfg, out)  # bad weights fail before --out is claimed
+    print(json.dumps(dataclasses.asdict(cfg)))
+    base = ladder_traces([p for p in data[0][SPLITS[0][1]] if p["level"] < cfg.start_rung], tokenizer) \
+        if cfg.base_replay else []
+    if not rows:
+        pi_0 = pi_0 if pi_0 is not None else checkpoint.load_model(cfg.start, dtype=torch.float32, device=device)
+        R.save_policy(pi_0, out / "round_0", tokenizer)
+        rows.append(finish_row(dict(round=0, rung=None), 0, cfg, out, data[1], tokenizer, device, rows, time.time()))
+    for r in range(len(rows), cfg.rounds + 1):
+        rows.append(run_round(r, cfg, out, data, tokenizer, device, rows, base))
+    print(f"done: {out}")
+    runs.release(out)
+    return rows
+
+
+def main(argv=None):
+    cfg = cli.parse_config(ClimbConfig, argv, __doc__.split("\n\n")[0].strip(), prog="climb.py")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    cli.run_main(main, "climb.py")

@@ -1,0 +1,113 @@
+"""climb.py: fresh problems per rung and the replay mix by hand, the lr schedule against train_rl.lr_at, one tiny
+round end to end and a --resume after it that changes nothing."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import problems as P
+import runs
+import train_rl as T
+from research.rounds import climb as C
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ["--rounds", "1", "--label-problems", "4", "--updates", "2", "--val-limit", "2", "--chunk-ops", "2",
+         "--batch-size", "4", "--min-traces", "1", "--threads", "1", "--device", "cpu"]
+
+
+def test_each_rung_is_labelled_from_its_own_split_never_twice_by_hand(tmp_path):
+    assert [C.split_of(k, 1) for k in (2, 6, 7, 8, 9, 10)] == ["tiny_ladder_train"] * 2 + \
+        ["tiny_ladder_far_train"] * 2 + ["tiny_ladder_far2_train"] * 2
+    assert [C.split_of(k, 2) for k in (6, 7, 9)] == ["tiny_ladder_val", "tiny_ladder_far_val", "tiny_ladder_far2_val"]
+    pool = [dict(id=f"p{i}", level=level) for i, level in enumerate([7, 8, 7, 7, 8, 7, 7])]
+    first = C.fresh_problems(pool, 7, 2, set())
+    assert [p["id"] for p in first] == ["p0", "p2"]  # the rung's rows in order
+    assert [p["id"] for p in C.fresh_problems(pool, 7, 2, {"p0", "p2"})] == ["p3", "p5"]  # never one used before
+    assert [p["id"] for p in C.fresh_problems(pool, 8, 5, set())] == ["p1", "p4"]  # fewer where the rung has fewer
+    for q, ids in ((1, ["a", "b"]), (2, ["c"])):  # the ids used are read from the earlier rounds' labelling records
+        (tmp_path / f"round_{q}" / "label").mkdir(parents=True)
+        runs.write_jsonl(tmp_path / f"round_{q}" / "label" / "records.jsonl", [dict(id=i, correct=False) for i in ids])
+    assert C.used_ids(tmp_path, 1) == set() and C.used_ids(tmp_path, 3) == {"a", "b", "c"}
+    # the real splits: rung 9's first problems come from far2, rung 6's from the ladder
+    far2 = P.load_problems("tiny_ladder_far2_train")
+    assert all(p["level"] == 9 for p in C.fresh_problems(far2, 9, 3, set()))
+
+
+def test_replay_mix_counts_by_hand():
+    assert C.replay_counts({2: 100, 3: 100, 6: 3}, 10) == {2: 4, 3: 3, 6: 3}  # 10 over 3 rungs: 4, 3, 3
+    assert C.replay_counts({2: 100, 6: 1}, 10) == {2: 9, 6: 1}  # what rung 6 lacks goes to rung 2
+    assert C.replay_counts({2: 1, 3: 2}, 10) == {2: 1, 3: 2}  # all there is
+    assert C.replay_counts({2: 5}, 0) == {2: 0} and C.replay_counts({}, 7) == {}
+    earlier = {k: [dict(id=f"{k}-{i}", level=k) for i in range(n)] for k, n in ((2, 50), (5, 50), (6, 2))}
+    mix = C.replay(earlier, 10, 1.0, 0, 3)  # ratio 1: as many replayed as new
+    assert len(mix) == 10 and len({t["id"] for t in mix}) == 10
+    assert {k: len(v) for k, v in C.by_rung(mix).items()} == {2: 4, 5: 4, 6: 2}
+    assert len(C.replay(earlier, 10, 0.5, 0, 3)) == 5 and C.replay(earlier, 10, 0.0, 0, 3) == []
+    assert C.replay(earlier, 10, 1.0, 0, 3) == mix and C.replay(earlier, 10, 1.0, 1, 3) != mix  # seeded
+
+
+def test_lr_warms_up_then_decays_by_cosine_as_lr_at(monkeypatch):
+    seen = []
+
+    def fake_update(policy, optimizer, batch, cfg, device, pad_id):
+        seen.append((optimizer.param_groups[0]["lr"], list(batch)))
+        return dict(loss=0.0, tokens=0)
+    monkeypatch.setattr(T, "sft_update", fake_update)
+    cfg = C.ClimbConfig(updates=10, warmup=3, lr=1e-3, batch_size=2)
+    rows = list("abcde")
+    losses, trained = C.distil(torch.nn.Linear(2, 2), rows, cfg, 1, "cpu", 0)
+    lrs = [lr for lr, _ in seen]
+    assert lrs == [T.lr_at(u, C.distil_config(cfg)) for u in range(10)]
+    by_hand = [1e-3 * (u + 1) / 3 for u in range(3)] + [1e-3 * 0.5 * (1 + math.cos(math.pi * (u - 3) / 7))
+                                                        for u in range(3, 10)]
+    assert lrs == pytest.approx(by_hand) and lrs[2] == pytest.approx(1e-3) and lrs[-1] < 1e-4
+    assert len(losses) == 10 and len(trained) == 20  # 10 updates of 2 rows: 4 seeded passes over the 5 rows
+    assert all(sorted(trained[i:i + 5]) == list(range(5)) for i in range(0, 20, 5))
+    assert [b for _, b in seen] == [[rows[i] for i in trained[j:j + 2]] for j in range(0, 20, 2)]
+
+
+def test_one_round_writes_its_row_and_checkpoint_and_resume_changes_nothing(tmp_path):
+    out = tmp_path / "climb"
+    rows = C.main(SMOKE + ["--out", str(out)])
+    log = out / "climb.jsonl"
+    assert [r["round"] for r in runs.read_log(log)] == [0, 1] and (out / "round_1" / "model.safetensors").is_file()
+    row = rows[1]
+    for key in ("rung", "problems_labelled", "solved", "traces_new", "mix_by_rung", "token_share_by_rung",
+                "loss_share_first_by_rung", "updates", "deliberation_flops", "distillation_flops", "fast_by_rung",
+                "vote_rung", "vote_accuracy", "cumulative_flops"):
+        assert key in row, key
+    assert row["rung"] == 6 and row["problems_labelled"] == 4 and row["vote_rung"] == 7 and rows[0]["vote_rung"] == 6
+    assert sorted(row["fast_by_rung"], key=int) == [str(k) for k in range(2, 11)]
+    labelled = [json.loads(x)["id"] for x in (out / "round_1" / "label" / "records.jsonl").read_text().splitlines()]
+    assert labelled == [p["id"] for p in P.load_problems("tiny_ladder_train") if p["level"] == 6][:4]
+    traces = runs.read_log(out / "traces_1.jsonl")
+    assert len(traces) == row["traces_new"] <= row["solved"] and all(t["level"] == 6 for t in traces)
+    assert sum(row["mix_by_rung"].values()) == 2 * row["traces_new"]  # --replay-ratio 1
+    assert row["updates"] == (2 if traces else 0) and row["deliberation_flops"] > 0
+    assert (row["distillation_flops"] > 0) == bool(traces)
+    before, weights = log.read_bytes(), (out / "round_1" / "model.safetensors").read_bytes()
+    C.main(SMOKE + ["--out", str(out), "--resume"])  # every round complete: nothing is redone
+    assert log.read_bytes() == before and (out / "round_1" / "model.safetensors").read_bytes() == weights
+    # killed before round 1's row was written: --resume redoes the round and gives the uninterrupted run's weights
+    log.write_bytes(before.splitlines(keepends=True)[0])
+    (out / "round_1" / "model.safetensors").unlink()
+    again = C.main(SMOKE + ["--out", str(out), "--resume"])[1]
+    assert (out / "round_1" / "model.safetensors").read_bytes() == weights
+    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in row.items() if k != "seconds"}
+
+
+def test_bad_input_is_one_error_line(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "research/rounds/climb.py"), "--rounds", "6", "--out",
+                           str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "climb.py: error: --start-rung 6 --rounds 6 would label rung 11; the ladder's top rung is 10"]
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="does not hold a climb run"):  # a rounds.py run is never resumed as a climb
+        (tmp_path / "r").mkdir()
+        (tmp_path / "r" / "config.json").write_text(json.dumps(dict(rounds=3)))
+        C.main(["--out", str(tmp_path / "r"), "--resume", "--device", "cpu"])
