@@ -64,6 +64,10 @@ def test_prompt_masked_and_loss_is_the_token_mean_nll(tmp_path):
 
 def test_decomposition_pieces_by_hand():
     assert [R.chunk_sizes(n, 3) for n in (2, 3, 4, 5, 6)] == [[2], [3], [2, 2], [3, 2], [3, 3]]
+    assert [R.chunk_sizes(n, 3) for n in (7, 8, 9, 10)] == [[3, 2, 2], [3, 3, 2], [3, 3, 3], [3, 3, 2, 2]]  # as before
+    # pieces of 2: an odd count merges its 1-operation remainder (the tiny world shows 2-3 operations only)
+    assert [R.chunk_sizes(n, 2) for n in (5, 6, 7, 8, 9)] == [[3, 2], [2, 2, 2], [3, 2, 2], [2, 2, 2, 2], [3, 2, 2, 2]]
+    assert R.chunk_sizes(3, 1) == [1, 1, 1]  # asked for one at a time: given
     assert R.expression(68, [("-", "52"), ("+", "63"), ("*", "4"), ("-", "16")]) == "(68 - 52 + 63) * 4 - 16"
     for p in P.load_problems("tiny_ladder_val"):  # the generator's own texts, rebuilt from their parsed steps
         assert R.expression(*verify.operations(p["problem"])) == p["problem"]

@@ -260,8 +260,11 @@ def expression(start, steps):
 
 
 def chunk_sizes(n, chunk):
-    """n operations in ceil(n / chunk) consecutive pieces as equal as possible, larger first: 4 by 3 -> 2, 2."""
+    """n operations in ceil(n / chunk) consecutive pieces as equal as possible, larger first: 4 by 3 -> 2, 2. With
+    chunk >= 2 no piece has 1 operation, a shape the tiny world never shows (7 by 2 -> 3, 2, 2, not 2, 2, 2, 1)."""
     pieces = -(-n // chunk)
+    while chunk >= 2 and pieces > 1 and n // pieces < 2:
+        pieces -= 1
     return [n // pieces + (i < n % pieces) for i in range(pieces)]
 
 
