@@ -329,21 +329,37 @@ def save_model(model, path, tokenizer=None):
             shutil.copyfile(tokenizer.path, tmp / "tokenizer.json")
         if path.exists() and not path.is_dir():
             raise FileExistsError(f"{path}: is a file, not a checkpoint directory; save the model elsewhere")
-        old = None  # the previous checkpoint, under a name of its own (never a user's PATH.old), until replaced
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-            os.replace(path, old)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            if old is not None:
-                os.replace(old, path)  # put the previous checkpoint back
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        os.chmod(tmp, dir_mode())  # as any directory the user makes (mkdtemp's starts owner-only)
+        replace_dir(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def dir_mode():
+    """The permissions a new directory gets under this process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def replace_dir(new, path):
+    """Move directory `new` to `path`. A directory already there is moved aside under a name of its own (never a
+    user's PATH.old) and deleted only once `new` is in place, or put back if that fails: an interrupt at any moment
+    leaves path whole, or absent with the old one under a hidden name beside it."""
+    path = Path(path)
+    old = None
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+        os.replace(path, old)
+    try:
+        os.replace(new, path)
+    except BaseException:
+        if old is not None:
+            os.replace(old, path)  # put the previous one back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 

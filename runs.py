@@ -380,29 +380,10 @@ def save_checkpoint(path, policy, optimizer, tokenizer, step, cfg, selection=Non
         (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2))
         if selection:
             (tmp / "selection.json").write_text(json.dumps({k: v.state() for k, v in selection.items()}))
-        os.chmod(tmp, dir_mode())  # as any directory the user makes (a temporary directory starts owner-only)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk leaves no half checkpoint behind
         raise
-    replace_dir(tmp, path)
-
-
-def dir_mode():
-    """The permissions a new directory gets under this process's umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o777 & ~umask
-
-
-def replace_dir(new, path):
-    """Move directory `new` to `path`; a directory already there is moved aside first and deleted only after, so
-    an interrupt at any moment leaves path whole (or absent, with the old one under a hidden name)."""
-    old = path.with_name(f".{path.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(new, path)
-    shutil.rmtree(old, ignore_errors=True)
+    checkpoint.replace_dir(tmp, path)
 
 
 def damaged(path, e):
@@ -569,7 +550,7 @@ def write_final(run_dir, step):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    replace_dir(tmp, final)
+    checkpoint.replace_dir(tmp, final)
 
 
 def write_jsonl(path, rows):

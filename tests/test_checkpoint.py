@@ -105,6 +105,21 @@ def test_truncated_or_corrupt_safetensors(tmp_path, damage):
     assert str(f) in str(e.value)
 
 
+def test_a_saved_checkpoint_gets_the_umask_permissions_and_replaces_the_old_one_whole(tmp_path):
+    import os
+    net = checkpoint.load_model("tiny", device="cpu")
+    old = os.umask(0o022)
+    try:
+        checkpoint.save_model(net, tmp_path / "m")
+        (tmp_path / "m" / "stale.txt").write_text("from the previous checkpoint\n")
+        checkpoint.save_model(net, tmp_path / "m")  # replaced whole: nothing of the old one is left
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m").stat().st_mode & 0o777 == 0o755  # mkdtemp's 0o700 would hide it from other users
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # no temporary or set-aside directory left beside it
+
+
 def test_pickled_checkpoint_is_refused_never_unpickled(tmp_path, monkeypatch):
     save_hf(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
