@@ -38,7 +38,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -165,14 +164,13 @@ def grade_records(problems, prompt_tokens, samples, seconds=None, group_by=None,
     tiny ladder's rule (verify.check_steps: the worked lines must be the problem's chain)."""
     responses = [s["response"] for group in samples for s in group]
     correct = verify.grade_with(grader, responses, [p for p, group in zip(problems, samples) for _ in group])
-    paid = SimpleNamespace(**vars(reward.RewardConfig()), max_new_tokens=0)  # training's defaults (reward.py)
     records, i = [], 0
     for p, n_prompt, group in zip(problems, prompt_tokens, samples):
         graded = []
         for s in group:
             box = verify.extract_answer(s["response"])
-            row = SimpleNamespace(passed=correct[i], boxed=box is not None, tokens=())
-            graded.append(dict(extracted=box, correct=bool(correct[i]), reward=reward.pay(row, paid, needs_kl=False),
+            graded.append(dict(extracted=box, correct=bool(correct[i]),
+                               reward=reward.record_reward(correct[i], box is not None),
                                completion_tokens=s["completion_tokens"], finish_reason=s["finish_reason"],
                                response=s["response"]))
             i += 1

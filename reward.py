@@ -20,6 +20,7 @@ The flag, its help and this table follow by themselves.
 """
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
@@ -137,6 +138,13 @@ def score(rollouts, cfg):
         r.correct, r.boxed = bool(ok), verify.extract_answer(r.text) is not None
         r.passed = control_pass(cfg.reward, r)
         r.reward = pay(r, cfg, needs_kl=False)
+
+
+def record_reward(correct, boxed):
+    """The reward an evaluation record shows for a graded text: the terms paid at grading, at training's defaults
+    (RewardConfig's; no budget, so no overlong term), for the verdict and whether it boxed an answer."""
+    cfg = SimpleNamespace(**vars(RewardConfig()), max_new_tokens=0)
+    return pay(SimpleNamespace(passed=correct, boxed=boxed, tokens=()), cfg, needs_kl=False)
 
 
 def add_kl(rollouts, cfg):

@@ -137,6 +137,11 @@ def test_a_new_term_is_one_function_one_row_one_field(monkeypatch):
     assert "| `length` | Team Kimi 2025" in R.table()
 
 
+def test_an_evaluation_record_is_paid_at_trainings_defaults():
+    # right and boxed 1; wrong 0; no box 0 too: training's default format penalty is 0 (it was -0.2 in records)
+    assert [R.record_reward(c, b) for c, b in ((True, True), (False, True), (False, False))] == [1.0, 0.0, 0.0]
+
+
 def test_the_table_lists_every_term_in_order():
     lines = R.table().splitlines()
     assert [line.split("`")[1] for line in lines[2:]] == ["correctness", "format", "overlong", "kl"]
