@@ -274,7 +274,7 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     t0, rung, round_dir = time.time(), cfg.start_rung + r - 1, out / f"round_{r}"
     shutil.rmtree(round_dir / "eval", ignore_errors=True)  # what pi_r made before an interruption is redone
     (round_dir / "model.safetensors").unlink(missing_ok=True)
-    _, sampler = R.load_policy(out / f"round_{r - 1}", device)
+    policy, sampler = R.load_policy(out / f"round_{r - 1}", device)  # pi_{r-1}: labels (sampler), then is distilled
     view, split = rounds_view(cfg), split_of(rung, 1)
     problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r))
     if not problems:
@@ -285,7 +285,6 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     runs.write_jsonl(out / f"traces_{r}.jsonl", new)
     earlier = by_rung(base + [t for q in range(1, r) for t in runs.read_log(out / f"traces_{q}.jsonl")])
     mix = new + replay(earlier, len(new), cfg.replay_ratio, cfg.seed, r) if len(new) >= cfg.min_traces else []
-    policy, _ = R.load_policy(out / f"round_{r - 1}", device)
     by_id = {p["id"]: p for rows_ in train.values() for p in rows_}
     examples = R.trace_rows(mix, by_id, tokenizer, TEMPLATE)
     mix_rungs = by_rung(mix)
