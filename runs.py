@@ -515,11 +515,6 @@ def checkpoint_steps(run_dir):
     return sorted(int(p.name[5:]) for p in (Path(run_dir) / "checkpoints").glob("step_*") if p.name[5:].isdigit())
 
 
-def latest_checkpoint(run_dir):
-    steps = checkpoint_steps(run_dir)
-    return Path(run_dir) / "checkpoints" / f"step_{steps[-1]}" if steps else None
-
-
 def keep_last_checkpoints(run_dir, n):
     """--keep-checkpoints N: delete all but the newest n periodic checkpoints (0 keeps all); each is renamed
     first, so one an interrupt cuts short is never left half-deleted under its name."""

@@ -112,7 +112,7 @@ def test_keep_last_checkpoints(tmp_path):
     runs.keep_last_checkpoints(tmp_path, 0)
     assert runs.checkpoint_steps(tmp_path) == [2, 4, 6, 8, 10]  # 0 keeps all
     runs.keep_last_checkpoints(tmp_path, 2)
-    assert runs.checkpoint_steps(tmp_path) == [8, 10] and runs.latest_checkpoint(tmp_path).name == "step_10"
+    assert runs.checkpoint_steps(tmp_path) == [8, 10]  # the newest two
 
 
 def test_a_full_disk_while_saving_leaves_no_half_checkpoint(tmp_path, monkeypatch):
