@@ -47,6 +47,7 @@ import problems as P  # noqa: E402
 import runs  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
+import verify as V  # noqa: E402
 from research.rounds import rounds as R  # noqa: E402
 
 # The splits that hold each rung: (top rung, training split, validation split), rungs 2-6, 7-8, 9-10.
@@ -71,7 +72,11 @@ class ClimbConfig:
     label_problems: int = label_arg(2000, "fresh training problems of the round's rung System 2 labels (fewer where "
                                           "the rung has fewer: 1,000 at rungs 7-8)", range="[1, inf)")
     samples: int = label_arg(8, "decomposed samples per problem, in labelling and in the vote", range="[1, inf)")
-    chunk_ops: int = label_arg(3, "operations per piece of the decomposition", range="[1, inf)")
+    labels: str = label_arg("decompose", "who labels the round's problems: decompose (System 2, pi_{r-1}'s decomposed "
+                                        "samples) or generator (the control: the generator's own worked chain of "
+                                        "every problem, what perfect labels give)", choices=("decompose", "generator"))
+    chunk_ops: int = label_arg(2, "operations per piece of the decomposition (pieces of 3 solved 1 of 40 rung-6 "
+                                  "problems from tiny-ladder, pieces of 2 275 of 400)", range="[1, inf)")
     temperature: float = label_arg(0.5, "sampling temperature of the decomposed samples", range="(0, inf)")
     max_traces: int = label_arg(1, "verified traces kept per problem (distinct texts)", range="[1, inf)")
     min_traces: int = distil_arg(32, "a round with fewer new verified traces distils nothing (pi_r = pi_{r-1}): a "
@@ -136,15 +141,17 @@ def used_ids(out, r):
     return {rec["id"] for q in range(1, r) for rec in E.read_records(out / f"round_{q}" / "label" / "records.jsonl")[0]}
 
 
-def ladder_traces(rows, tokenizer):
-    """The ladder's own worked solutions as trace rows (rounds.traces_for_round's fields): the base replay."""
+def worked_traces(rows, tokenizer, r, source):
+    """The generator's worked chain of each row (verify.chain, the text a verified decomposed trace has) as trace
+    rows (rounds.traces_for_round's fields): the ladder's base replay (round 0), or the generator-labels control."""
     out = []
     for p in rows:
-        response = tiny.completion_text(p, bare=False)
+        lines, value = V.chain(p["problem"])
+        response = "\n" + "\n".join(lines + [f"\\boxed{{{value}}}"])
         n = len(tokenizer.encode(response))
-        out.append(dict(round=0, id=p["id"], level=p["level"], prompt_tokens=len(tokenizer.encode(
+        out.append(dict(round=r, id=p["id"], level=p["level"], prompt_tokens=len(tokenizer.encode(
             P.format_prompt(p["problem"], TEMPLATE))), completion_tokens=n, target_tokens=n + 1, adaptive=False,
-            source="ladder", response=response))
+            source=source, response=response))
     return out
 
 
@@ -279,9 +286,15 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r))
     if not problems:
         raise ValueError(f"round {r}: {split} has no unused problem of rung {rung}")
-    records, label = R.decompose(sampler, tokenizer, problems, view, round_dir / "label", 1_000 * (cfg.seed + 1) + r,
-                                 cfg.samples, split)
-    new = R.traces_for_round(records, view, r, tokenizer)
+    if cfg.labels == "generator":  # the control: every problem labelled, by the generator, at no deliberation cost
+        (round_dir / "label").mkdir(parents=True, exist_ok=True)
+        runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])  # for used_ids
+        new, label = worked_traces(problems, tokenizer, r, "generator"), dict(samples_total=0, inference_flops=0.0)
+        solved = len(problems)
+    else:
+        records, label = R.decompose(sampler, tokenizer, problems, view, round_dir / "label",
+                                     1_000 * (cfg.seed + 1) + r, cfg.samples, split)
+        new, solved = R.traces_for_round(records, view, r, tokenizer), sum(R.n_correct(rec) > 0 for rec in records)
     runs.write_jsonl(out / f"traces_{r}.jsonl", new)
     earlier = by_rung(base + [t for q in range(1, r) for t in runs.read_log(out / f"traces_{q}.jsonl")])
     mix = new + replay(earlier, len(new), cfg.replay_ratio, cfg.seed, r) if len(new) >= cfg.min_traces else []
@@ -296,7 +309,7 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     train_tokens, train_flops = R.training_flops(policy.config, [mix[i] for i in trained], 1)
     R.save_policy(policy, round_dir, tokenizer)
     row = dict(round=r, rung=rung, label_dataset=split, problems_labelled=len(problems),
-               solved=sum(R.n_correct(rec) > 0 for rec in records), label_samples=label["samples_total"],
+               solved=solved, label_samples=label["samples_total"],
                traces_new=len(new), mix_by_rung={str(k): len(v) for k, v in mix_rungs.items()},
                token_share_by_rung=shares(tokens),
                loss_share_first_by_rung=shares({k: nll_first[k] * tokens[k] for k in nll_first}) if nll_first else None,
@@ -339,7 +352,7 @@ def run(cfg):
     pi_0 = None if cfg.resume else checkpoint.load_model(cfg.start, dtype=torch.float32, device=device)
     rows = start_run(cfg, out)  # bad weights fail before --out is claimed
     print(json.dumps(dataclasses.asdict(cfg)))
-    base = ladder_traces([p for p in data[0][SPLITS[0][1]] if p["level"] < cfg.start_rung], tokenizer) \
+    base = worked_traces([p for p in data[0][SPLITS[0][1]] if p["level"] < cfg.start_rung], tokenizer, 0, "ladder") \
         if cfg.base_replay else []
     if not rows:
         pi_0 = pi_0 if pi_0 is not None else checkpoint.load_model(cfg.start, dtype=torch.float32, device=device)
