@@ -38,7 +38,8 @@ import lora
 # What a directory holds, and claiming one
 
 # The file that marks a run of each kind (a directory may hold its other files too).
-MARKERS = {"train": "metrics.jsonl", "rounds": "rounds.jsonl", "eval": "settings.json", "bands": "bands.jsonl"}
+MARKERS = {"train": "metrics.jsonl", "rounds": "rounds.jsonl", "eval": "settings.json", "bands": "bands.jsonl",
+           "climb": "climb.jsonl"}
 LOCK = ".lock"
 HELD = {}  # run directory -> its open lock file: this process holds it until it ends (so a claim is re-entrant)
 
@@ -52,6 +53,8 @@ def describe(path):
     config = read_json_object(path / "config.json") if "config.json" in names else {}
     if "model_type" in config or "model.safetensors" in names:
         return "a model checkpoint (config.json + model.safetensors)"
+    if config.get("program") == "climb" or MARKERS["climb"] in names:
+        return "a climb run (research/rounds/climb.py)"
     if "rounds" in config or MARKERS["rounds"] in names:
         return "a rounds run (research/rounds/rounds.py)"
     if "objective" in config or MARKERS["train"] in names:
@@ -64,7 +67,8 @@ def describe(path):
 
 
 KIND_WORDS = {"train": "a train_rl.py run", "rounds": "a rounds run (research/rounds/rounds.py)",
-              "eval": "an evaluate.py output", "bands": "a bands run (research/bands/bands.py)"}
+              "eval": "an evaluate.py output", "bands": "a bands run (research/bands/bands.py)",
+              "climb": "a climb run (research/rounds/climb.py)"}
 
 
 def read_json_object(path):
@@ -84,13 +88,13 @@ def check_out(path, kind, resume):
         raise FileExistsError(f"--out {path}: is a file, not a directory; choose another --out")
     what, ours = describe(path), KIND_WORDS[kind]
     if what is None:
-        if resume and kind in ("train", "rounds"):
+        if resume and kind in ("train", "rounds", "climb"):
             raise FileNotFoundError(f"--resume: {path} holds no run to resume; drop --resume to start one there")
         return False
     if what != ours and not (kind == "bands" and what == KIND_WORDS["eval"]):  # a bands run starts as an evaluation
         raise FileExistsError(f"--out {path}: holds {what}, not {ours}; refusing to write into it. Choose another "
                               f"--out (an empty or new directory)")
-    if not resume and kind in ("train", "rounds"):
+    if not resume and kind in ("train", "rounds", "climb"):
         raise FileExistsError(f"--out {path}: already holds {ours}; pass --resume to continue it or choose another "
                               f"--out")
     return True

@@ -426,6 +426,32 @@ def check_steps(response, problem, answer):
     return got == want and str(value) == str(answer).strip()
 
 
+STEP_LINE = re.compile(r"(\d+) ([+*-]) (\d+) = (\d+)")  # one worked line: a op b = c
+
+
+def first_error(response, problem):
+    """(line index, kind) of the first worked line that leaves the problem's chain: 'stopped' (boxed too
+    early), 'carry' (not the previous result), 'operand' (wrong operator or number copied from the problem),
+    'arithmetic' (right operands, wrong result), 'malformed', 'short' (no more lines), or 'tail' (the lines
+    are right; the box or what follows is not)."""
+    lines, _ = chain(problem)
+    got = [line.strip() for line in response.strip().splitlines() if line.strip()]
+    for i, want in enumerate(lines):
+        if i >= len(got):
+            return i, "short"
+        if got[i] == want:
+            continue
+        if got[i].startswith("\\boxed"):
+            return i, "stopped"
+        m, w = STEP_LINE.fullmatch(got[i]), STEP_LINE.fullmatch(want)
+        if not m:
+            return i, "malformed"
+        if m[1] != w[1]:
+            return i, "carry"
+        return (i, "operand") if m.group(2, 3) != w.group(2, 3) else (i, "arithmetic")
+    return len(lines), "tail"
+
+
 def grade_with(grader, responses, problems):
     """The verdicts (bools) on responses to problems (dicts with 'problem' and 'answer') under a grader (GRADERS):
     'answer' checks the final answer (grade_batch), 'steps' (the tiny ladder's) the problem's own worked chain

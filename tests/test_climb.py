@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import checkpoint
+import evaluate as E
 import problems as P
 import runs
+import tiny
 import train_rl as T
+import verify as V
 from research.rounds import climb as C
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,13 +105,39 @@ def test_one_round_writes_its_row_and_checkpoint_and_resume_changes_nothing(tmp_
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in row.items() if k != "seconds"}
 
 
+def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_once(tmp_path):
+    ladder = [p for p in P.load_problems("tiny_ladder_train") if p["level"] == 3][:3]
+    tok = checkpoint.load_tokenizer("tiny-ladder")
+    assert [t["response"] for t in C.worked_traces(ladder, tok, 0, "ladder")] == \
+        [tiny.completion_text(p, bare=False) for p in ladder]  # the generator's own solution text, byte for byte
+    out = tmp_path / "gen"
+    row = C.main(SMOKE + ["--labels", "generator", "--out", str(out)])[1]
+    traces = runs.read_log(out / "traces_1.jsonl")
+    problems = {p["id"]: p for p in P.load_problems("tiny_ladder_train")}
+    assert row["solved"] == row["traces_new"] == row["problems_labelled"] == 4 and row["deliberation_flops"] == 0
+    assert all(V.check_steps(t["response"], problems[t["id"]]["problem"], problems[t["id"]]["answer"]) for t in traces)
+    C.main(["--test", "--test-limit", "2", "--test-vote-limit", "1", "--reach-samples", "3", "--reach-limit", "1",
+            "--out", str(out), "--device", "cpu"])
+    tests = runs.read_log(out / "test.jsonl")
+    assert [t["round"] for t in tests] == [0, 1] and all(t["fast_n"] == 18 and t["vote_n"] == 9 for t in tests)
+    assert [sorted(t["reach"]) for t in tests] == [["5", "6"], ["6", "7"]]  # the round's rung and one above
+    greedy = E.read_records(out / "round_1" / "test" / "fast" / "records.jsonl")[0]
+    assert [r["id"] for r in greedy] == [p["id"] for k in range(2, 11) for p in
+                                         [q for s in C.SPLITS for q in P.load_problems(s[3]) if q["level"] == k][:2]]
+    for rung, cell in tests[1]["reach"].items():
+        assert 0 <= cell["pass_at_1"] <= cell["pass_at_k"] <= 1 and sum(cell["first_errors"].values()) <= 1 + 1e-9
+    before = (out / "test.jsonl").read_bytes()
+    C.main(["--test", "--out", str(out), "--device", "cpu"])  # every round tested: once only
+    assert (out / "test.jsonl").read_bytes() == before
+
+
 def test_bad_input_is_one_error_line(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "research/rounds/climb.py"), "--rounds", "6", "--out",
                            str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "climb.py: error: --start-rung 6 --rounds 6 would label rung 11; the ladder's top rung is 10"]
     assert not (tmp_path / "x").exists()
-    with pytest.raises(ValueError, match="does not hold a climb run"):  # a rounds.py run is never resumed as a climb
+    with pytest.raises(FileExistsError, match="holds a rounds run"):  # a rounds.py run is never resumed as a climb
         (tmp_path / "r").mkdir()
         (tmp_path / "r" / "config.json").write_text(json.dumps(dict(rounds=3)))
         C.main(["--out", str(tmp_path / "r"), "--resume", "--device", "cpu"])

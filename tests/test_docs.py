@@ -15,6 +15,7 @@ import tiny
 import train_rl as T
 from research import report as RP
 from research.bands import bands as B
+from research.rounds import climb as C
 from research.rounds import rounds as R
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,10 @@ def parse_rounds(argv):
     R.check_config(cli.parse_config(R.RoundsConfig, argv, "", defaults=R.flag_defaults))
 
 
+def parse_climb(argv):
+    C.check_config(cli.parse_config(C.ClimbConfig, argv, ""))
+
+
 def parse_report(argv):
     parser = cli.add_flags(argparse.ArgumentParser(), RP.ReportConfig)
     parser.add_argument("runs", nargs="+")
@@ -82,7 +87,8 @@ def parse_tiny(argv):
 
 
 PARSERS = {"train_rl.py": parse_train_rl, "evaluate.py": parse_evaluate, "research/bands/bands.py": parse_bands,
-           "research/rounds/rounds.py": parse_rounds, "research/report.py": parse_report, "tiny.py": parse_tiny}
+           "research/rounds/rounds.py": parse_rounds, "research/rounds/climb.py": parse_climb,
+           "research/report.py": parse_report, "tiny.py": parse_tiny}
 
 
 def flags_exist(script, argv):

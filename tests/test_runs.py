@@ -20,13 +20,15 @@ def test_describe_names_what_a_directory_holds(tmp_path):
     checkpoint.save_model(checkpoint.load_model("tiny", device="cpu"), tmp_path / "m")
     assert runs.describe(tmp_path / "m") == "a model checkpoint (config.json + model.safetensors)"
     kinds = {"t": ("config.json", '{"objective": "drgrpo"}'), "r": ("rounds.jsonl", ""), "e": ("settings.json", "{}"),
-             "b": ("bands.jsonl", ""), "x": ("notes.txt", "mine")}
+             "b": ("bands.jsonl", ""), "c": ("config.json", '{"rounds": 2, "program": "climb"}'),
+             "x": ("notes.txt", "mine")}
     for d, (name, text) in kinds.items():
         (tmp_path / d).mkdir()
         (tmp_path / d / name).write_text(text)
     assert [runs.describe(tmp_path / d) for d in kinds] == [
         "a train_rl.py run", "a rounds run (research/rounds/rounds.py)", "an evaluate.py output",
-        "a bands run (research/bands/bands.py)", "1 other file(s), e.g. notes.txt"]
+        "a bands run (research/bands/bands.py)", "a climb run (research/rounds/climb.py)",
+        "1 other file(s), e.g. notes.txt"]
 
 
 def test_a_directory_holding_something_else_is_refused_and_left_as_it_was(tmp_path):

@@ -414,6 +414,17 @@ def test_check_steps_pays_the_worked_chain_only():
     assert not verify.check_steps(worked, problem, '10')  # the worked chain disagrees with the stated answer
 
 
+def test_first_error_names_the_first_line_that_leaves_the_chain():
+    problem = '(3 + 4) * 2 - 5'  # 3 + 4 = 7, 7 * 2 = 14, 14 - 5 = 9
+    assert verify.first_error('3 + 4 = 7\n7 * 2 = 14\n14 - 5 = 9\n\\boxed{8}', problem) == (3, 'tail')
+    assert verify.first_error('3 + 4 = 7\n\\boxed{7}', problem) == (1, 'stopped')
+    assert verify.first_error('3 + 4 = 7\n8 * 2 = 16', problem) == (1, 'carry')  # not the previous result
+    assert verify.first_error('3 + 4 = 7\n7 * 3 = 21', problem) == (1, 'operand')  # a number not the problem's
+    assert verify.first_error('3 + 4 = 7\n7 * 2 = 15', problem) == (1, 'arithmetic')
+    assert verify.first_error('3 + 4 makes 7', problem) == (0, 'malformed')
+    assert verify.first_error('3 + 4 = 7\n7 * 2 = 14', problem) == (2, 'short')
+
+
 @pytest.mark.parametrize('problem', ['1 + 2 3', '1 + 2 3 + 4', '1 + 2 *', '-1 + 2', '7', 'What is $1 + 1$?', '2 ** 3'])
 def test_chain_refuses_what_is_not_a_tiny_expression(problem):
     with pytest.raises(ValueError, match='--grader steps'):

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import io
 import json
-import re
 import statistics
 import sys
 import time
@@ -46,34 +45,8 @@ import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
 import verify  # noqa: E402
 
-LINE = re.compile(r"(\d+) ([+*-]) (\d+) = (\d+)")
-
-
 # -----------------------------------------------------------------------------
 # Guess rate and reachability: k samples per problem, graded by the answer and by the steps
-
-
-def first_error(response, problem):
-    """(line index, kind) of the first worked line that leaves the problem's chain: 'stopped' (boxed too
-    early), 'carry' (not the previous result), 'operand' (wrong operator or number copied from the problem),
-    'arithmetic' (right operands, wrong result), 'malformed', 'short' (no more lines), or 'tail' (the lines
-    are right; the box or what follows is not)."""
-    lines, _ = verify.chain(problem)
-    got = [line.strip() for line in response.strip().splitlines() if line.strip()]
-    for i, want in enumerate(lines):
-        if i >= len(got):
-            return i, "short"
-        if got[i] == want:
-            continue
-        if got[i].startswith("\\boxed"):
-            return i, "stopped"
-        m, w = LINE.fullmatch(got[i]), LINE.fullmatch(want)
-        if not m:
-            return i, "malformed"
-        if m[1] != w[1]:
-            return i, "carry"
-        return (i, "operand") if m.group(2, 3) != w.group(2, 3) else (i, "arithmetic")
-    return len(lines), "tail"
 
 
 def rung_table(records, rows, k):
@@ -86,7 +59,7 @@ def rung_table(records, rows, k):
         steps = [s["correct"] for s, _ in pairs]
         answer = [verify.grade(s["response"], p["answer"]) for s, p in pairs]
         bare = [bool(tiny.BARE.fullmatch(s["response"])) for s, _ in pairs]
-        errors = collections.Counter(first_error(s["response"], r["problem"]) for s, r in pairs if not s["correct"])
+        errors = collections.Counter(verify.first_error(s["response"], r["problem"]) for s, r in pairs if not s["correct"])
         n = len(pairs)
         table[level] = dict(
             problems=len(mine), samples=n, step_valid=sum(steps) / n, answer_right=sum(answer) / n,

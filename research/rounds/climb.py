@@ -27,6 +27,7 @@ climb.jsonl; an incomplete round is redone (its labelling records, written by a 
 reused), so the result equals an uninterrupted run.
 """
 
+import collections
 import dataclasses
 import json
 import random
@@ -50,21 +51,24 @@ import train_rl as T  # noqa: E402
 import verify as V  # noqa: E402
 from research.rounds import rounds as R  # noqa: E402
 
-# The splits that hold each rung: (top rung, training split, validation split), rungs 2-6, 7-8, 9-10.
-SPLITS = ((6, "tiny_ladder_train", "tiny_ladder_val"), (8, "tiny_ladder_far_train", "tiny_ladder_far_val"),
-          (10, "tiny_ladder_far2_train", "tiny_ladder_far2_val"))
+# The splits that hold each rung: (top rung, training, validation, test split), rungs 2-6, 7-8, 9-10.
+SPLITS = ((6, "tiny_ladder_train", "tiny_ladder_val", "tiny_ladder_test"),
+          (8, "tiny_ladder_far_train", "tiny_ladder_far_val", "tiny_ladder_far_test"),
+          (10, "tiny_ladder_far2_train", "tiny_ladder_far2_val", "tiny_ladder_far2_test"))
 RUNGS = range(2, 11)
 TEMPLATE = "base"
-RESUMABLE = {"rounds", "resume", "device", "out"}  # may change on --resume; every other setting must match
-PROGRAM = "climb"  # config.json's mark: a rounds.py run in --out is never resumed as a climb
+# may change on --resume (and the --test flags); every other setting must match
+RESUMABLE = {"rounds", "resume", "device", "out", "test", "test_limit", "test_vote_limit", "reach_samples", "reach_limit"}
+PROGRAM = "climb"  # config.json's mark (runs.describe): a rounds.py run in --out is never resumed as a climb
 
-label_arg, distil_arg, run_arg = map(cli.arg_group, (
-    "System 2: labelling a new rung", "System 1: distillation", "evaluation and run"))
+label_arg, distil_arg, run_arg, test_arg = map(cli.arg_group, (
+    "System 2: labelling a new rung", "System 1: distillation", "evaluation and run", "the test splits, once"))
 
 
 @dataclass
 class ClimbConfig:
-    HELP_GROUPS = ("System 2: labelling a new rung", "System 1: distillation", "evaluation and run")
+    HELP_GROUPS = ("System 2: labelling a new rung", "System 1: distillation", "evaluation and run",
+                   "the test splits, once")
     start: str = run_arg("tiny-ladder", "pi_0: tiny-ladder, tiny, or a checkpoint directory (e.g. a rounds run's "
                                         "round_N)")
     start_rung: int = label_arg(6, "the rung round 1 labels; round r labels start-rung + r - 1", range="[2, 10]")
@@ -104,6 +108,14 @@ class ClimbConfig:
     device: str = run_arg("", "cuda or cpu (default: cuda when available)")
     out: str = run_arg("runs/climb", "run directory")
     resume: bool = run_arg(False, "continue the run in --out: complete rounds are kept, an incomplete one redone")
+    test: bool = test_arg(False, "evaluate each complete round's checkpoint of the run in --out once on the test "
+                                 "splits (its own settings; rounds already in test.jsonl are kept), then stop")
+    test_limit: int = test_arg(0, "test problems a rung of the greedy evaluation (0: all 200)", range="[0, inf)")
+    test_vote_limit: int = test_arg(50, "test problems a rung of the decomposed vote (greedy uses all 200)",
+                                    range="[1, inf)")
+    reach_samples: int = test_arg(64, "samples at T = 1 of the reach test at the round's rung and one above "
+                                      "(step-valid pass@k)", range="[1, inf)")
+    reach_limit: int = test_arg(50, "test problems a rung of the reach test", range="[1, inf)")
 
 
 def check_config(cfg):
@@ -250,6 +262,69 @@ def evaluate(sampler, tokenizer, val_by_rung, cfg, eval_dir, vote_rung):
 
 
 # -----------------------------------------------------------------------------
+# 4. Test: each round's checkpoint, once, on the test splits (the run's own settings)
+
+
+def reach(sampler, tokenizer, rows, cfg, out_dir):
+    """{rung: step-valid pass@--reach-samples at T = 1, pass@1, and the first errors of the failed samples}."""
+    records, _ = E.evaluate(sampler, tokenizer, rows, cfg.max_new_tokens, cfg.eval_batch_size, template=TEMPLATE,
+                            samples=cfg.reach_samples, temperature=1.0, seed=cfg.seed, out_dir=out_dir, grader="steps")
+    out = {}
+    for rung in sorted({p["level"] for p in rows}):
+        mine = [(r, p) for r, p in zip(records, rows) if p["level"] == rung]
+        failed = [(s, p) for r, p in mine for s in E.samples_of(r) if not s["correct"]]
+        errors = collections.Counter(V.first_error(s["response"], p["problem"]) for s, p in failed)
+        out[str(rung)] = dict(pass_at_k=sum(r["n_correct"] > 0 for r, _ in mine) / len(mine),
+                              pass_at_1=sum(r["n_correct"] for r, _ in mine) / (len(mine) * cfg.reach_samples),
+                              first_errors={f"line {i + 1} {kind}": c / len(failed) for (i, kind), c in
+                                            errors.most_common(5)})
+    return out
+
+
+def test_round(r, cfg, out, tokenizer, device):
+    """Round r's test row: greedy per rung 2-10 on every test problem, the decomposed vote per rung on the first
+    --test-vote-limit, and reach at the round's rung and one above on the first --reach-limit."""
+    test = [p for s in SPLITS for p in P.load_problems(s[3])]
+    test_by_rung = {k: [p for p in test if p["level"] == k] for k in RUNGS}
+    limit = cfg.test_limit or None
+    _, sampler = R.load_policy(out / f"round_{r}", device)
+    test_dir = out / f"round_{r}" / "test"
+    _, fast = E.evaluate(sampler, tokenizer, [p for v in test_by_rung.values() for p in v[:limit]], cfg.max_new_tokens,
+                         batch_size=cfg.eval_batch_size, template=TEMPLATE, grader="steps", group_by="level",
+                         out_dir=test_dir / "fast", dataset="+".join(s[3] for s in SPLITS))
+    _, vote = R.decompose(sampler, tokenizer, [p for v in test_by_rung.values() for p in v[:cfg.test_vote_limit]],
+                          rounds_view(cfg), test_dir / "vote", cfg.seed, cfg.samples, "+".join(s[3] for s in SPLITS))
+    rung = cfg.start_rung + r - 1
+    near = [p for k in (rung, rung + 1) if k in test_by_rung for p in test_by_rung[k][:cfg.reach_limit]]
+    by_level = lambda summary: dict(sorted(R.per_group(summary).items(), key=lambda kv: int(kv[0])))  # noqa: E731
+    return dict(round=r, rung=rung if r else None, fast_by_rung=by_level(fast), fast_n=fast["n"],
+                vote_by_rung=by_level(vote), vote_n=vote["n"], samples=cfg.samples, test_limit=cfg.test_limit,
+                test_vote_limit=cfg.test_vote_limit,
+                reach=reach(sampler, tokenizer, near, cfg, test_dir / "reach"), reach_samples=cfg.reach_samples,
+                reach_limit=cfg.reach_limit, eval_flops=fast["inference_flops"] + vote["inference_flops"])
+
+
+def run_test(cfg):
+    """--test: the run's own config (the --test flags from this command), every complete round not yet tested."""
+    out = Path(cfg.out)
+    saved = runs.read_json_object(out / "config.json")
+    if saved.get("program") != PROGRAM:
+        raise ValueError(f"--test: {out} does not hold a climb run (research/rounds/climb.py)")
+    run_cfg = dataclasses.replace(ClimbConfig(**{k: v for k, v in saved.items() if k in ClimbConfig.__dataclass_fields__}),
+                                  **{k: getattr(cfg, k) for k in ("test_limit", "test_vote_limit", "reach_samples", "reach_limit",
+                                                                  "device", "threads")})
+    done = {row["round"] for row in runs.read_log(out / "test.jsonl", repair=True)}
+    tokenizer, device = checkpoint.load_tokenizer(out / "round_0"), cfg.device or M.default_device()
+    for row in runs.read_log(out / "climb.jsonl", repair=True):
+        if row["round"] not in done:
+            test = test_round(row["round"], run_cfg, out, tokenizer, device)
+            E.append_records(out / "test.jsonl", [test])
+            print(f"round {test['round']} test | fast " + " ".join(f"{k}:{v:.2f}" for k, v in test["fast_by_rung"].items())
+                  + " | vote " + " ".join(f"{k}:{v:.2f}" for k, v in test["vote_by_rung"].items()), flush=True)
+    return out
+
+
+# -----------------------------------------------------------------------------
 # The climb
 
 
@@ -262,15 +337,13 @@ def load_data(cfg):
 
 
 def start_run(cfg, out):
-    """Claim --out (as rounds.py claims its runs: config.json's `rounds` key marks it) and write config.json, or check
-    it on --resume; returns the complete rows of climb.jsonl."""
+    """Claim --out (config.json's `program` marks a climb run) and write config.json, or check it on --resume;
+    returns the complete rows of climb.jsonl."""
     config_path = out / "config.json"
     if cfg.resume:
-        runs.check_out(out, "rounds", resume=True)
-        if runs.read_json_object(config_path).get("program") != PROGRAM:
-            raise ValueError(f"--resume: {out} does not hold a climb run (research/rounds/climb.py)")
+        runs.check_out(out, "climb", resume=True)
         runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE, ClimbConfig)
-    runs.claim(out, "rounds", resume=cfg.resume)  # held until this process ends
+    runs.claim(out, "climb", resume=cfg.resume)  # held until this process ends
     runs.write_json(config_path, dict(dataclasses.asdict(cfg), program=PROGRAM, code_version=runs.code_version()))
     return runs.read_log(out / "climb.jsonl", repair=True)
 
@@ -341,7 +414,7 @@ def finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0):
 def run(cfg):
     check_config(cfg)
     out = Path(cfg.out)
-    runs.check_out(out, "rounds", cfg.resume)
+    runs.check_out(out, "climb", cfg.resume)
     data = load_data(cfg)  # bad data fail before the run directory is written
     tokenizer = checkpoint.load_tokenizer(cfg.start)
     context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.start)).max_position_embeddings
@@ -369,7 +442,7 @@ def main(argv=None):
     cfg = cli.parse_config(ClimbConfig, argv, __doc__.split("\n\n")[0].strip(), prog="climb.py")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    return run(cfg)
+    return run_test(cfg) if cfg.test else run(cfg)
 
 
 if __name__ == "__main__":

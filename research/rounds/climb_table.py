@@ -1,0 +1,161 @@
+"""
+The climb's tables (issue #57) from its runs' climb.jsonl and test.jsonl (climb.py --test), mean of the seeds and
+the 95% Student t interval over them:
+
+    python research/rounds/climb_table.py climb=runs/climb/main-s1? u45=runs/climb/u45-s1? generator=runs/climb/gen-s1?
+
+Each argument is ARM=GLOB (one run directory per seed). Printed: greedy step-valid accuracy per rung on test after
+every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 after round 2) and goal rows; rungs
+2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
+the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's
+labels, mix, loss shares and FLOPs.
+"""
+
+import glob
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
+import runs  # noqa: E402
+import stats  # noqa: E402
+
+RUNGS = [str(k) for k in range(2, 11)]
+
+
+def cell(values, digits=2):
+    mean, ci = stats.t_interval(values)
+    return f"{mean:.{digits}f}" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
+
+
+def load(arms):
+    """{arm: [(climb rows by round, test rows by round) per seed run]}, the runs in glob order."""
+    out = {}
+    for arg in arms:
+        name, _, pattern = arg.partition("=")
+        dirs = sorted(glob.glob(pattern))
+        if not name or not dirs:
+            raise SystemExit(f"climb_table.py: error: {arg!r}: want ARM=GLOB matching run directories")
+        out[name] = [({r["round"]: r for r in runs.read_log(Path(d) / "climb.jsonl")},
+                      {r["round"]: r for r in runs.read_log(Path(d) / "test.jsonl")}) for d in dirs]
+    return out
+
+
+def rounds_of(seeds):
+    """The rounds every seed has tested."""
+    return sorted(set.intersection(*(set(test) for _, test in seeds)))
+
+
+def per_rung_table(arms, field, title):
+    print(f"\n{title}\n")
+    print("| arm | round | rung | FLOPs (mean) | mean 2-10 | " + " | ".join(f"rung {k}" for k in RUNGS) + " |")
+    print("| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in RUNGS) + " |")
+    for arm, seeds in arms.items():
+        for r in rounds_of(seeds):
+            tests = [test[r] for _, test in seeds]
+            flops = np.mean([climb[r]["cumulative_flops"] for climb, _ in seeds])
+            rung = tests[0]["rung"]
+            cells = [cell([t[field][k] for t in tests]) if str(rung) == k else
+                     f"{np.mean([t[field][k] for t in tests]):.2f}" for k in RUNGS]
+            print(f"| {arm} | {r} | {rung or '-'} | {flops:.2e} | "
+                  f"{cell([np.mean([t[field][k] for k in RUNGS]) for t in tests], 3)} | " + " | ".join(cells) + " |")
+
+
+def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
+    print(f"\nThe pre-registered endpoint: greedy rung {rung} on test after round {at_round} (met: mean >= 0.30, "
+          f"lower end > 0.05); the goal's rung {goal_rung} after round {goal_round}; seeds listed\n")
+    print("| arm | seeds | endpoint | met | rung 6 after round 1 | per seed |")
+    print("| --- | ---: | ---: | --- | ---: | --- |")
+    for arm, seeds in arms.items():
+        if not all(at_round in test and goal_round in test for _, test in seeds):
+            continue
+        end = [test[at_round]["fast_by_rung"][str(rung)] for _, test in seeds]
+        goal = [test[goal_round]["fast_by_rung"][str(goal_rung)] for _, test in seeds]
+        mean, ci = stats.t_interval(end)
+        met = "yes" if ci and mean >= 0.30 and ci[0] > 0.05 else "no"
+        print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {met} | {cell(goal, 3)} | "
+              f"{' / '.join(f'{x:.3f}' for x in end)} |")
+
+
+def kept_table(arms, rungs=("2", "3", "4", "5", "6")):
+    print("\nRungs 2-6 after each round minus round 0, greedy on test, paired by seed (kept: within 0.05)\n")
+    print("| arm | round | " + " | ".join(f"rung {k}" for k in rungs) + " |")
+    print("| --- | ---: | " + " | ".join("---:" for _ in rungs) + " |")
+    for arm, seeds in arms.items():
+        for r in rounds_of(seeds)[1:]:
+            diffs = [[test[r]["fast_by_rung"][k] - test[0]["fast_by_rung"][k] for _, test in seeds] for k in rungs]
+            print(f"| {arm} | {r} | " + " | ".join(f"{cell(d, 3)}" for d in diffs) + " |")
+
+
+def trend_table(arms):
+    print("\nThe trend test: per seed, the least-squares slope of mean greedy accuracy over rungs 2-10 (test) "
+          "against the round; mean of the seeds [95% t]\n")
+    print("| arm | rounds | slope per round | per seed |")
+    print("| --- | ---: | ---: | --- |")
+    for arm, seeds in arms.items():
+        rs = rounds_of(seeds)
+        if len(rs) < 2:
+            continue
+        slopes = [float(np.polyfit(rs, [np.mean([test[r]["fast_by_rung"][k] for k in RUNGS]) for r in rs], 1)[0])
+                  for _, test in seeds]
+        print(f"| {arm} | {rs[0]}-{rs[-1]} | {cell(slopes, 3)} | {' / '.join(f'{x:+.3f}' for x in slopes)} |")
+
+
+def reach_table(arms):
+    print("\nReach at T = 1 (step-valid pass@k over the first test problems of the rung) and the first errors of "
+          "the failed samples (share, pooled over seeds)\n")
+    print("| arm | round | rung | pass@1 | pass@k | first errors |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for arm, seeds in arms.items():
+        for r in rounds_of(seeds):
+            tests = [test[r] for _, test in seeds]
+            for k in sorted(tests[0]["reach"], key=int):
+                errors = {}
+                for t in tests:
+                    for name, share in t["reach"][k]["first_errors"].items():
+                        errors[name] = errors.get(name, 0.0) + share / len(tests)
+                top = "; ".join(f"{n} {s:.2f}" for n, s in sorted(errors.items(), key=lambda x: -x[1])[:3])
+                print(f"| {arm} | {r} | {k} | {cell([t['reach'][k]['pass_at_1'] for t in tests], 3)} | "
+                      f"{cell([t['reach'][k]['pass_at_k'] for t in tests])} (k={tests[0]['reach_samples']}) | {top} |")
+
+
+def rounds_table(arms):
+    print("\nEach round: problems labelled and solved (mean), traces per rung in the mix (seed 1 of the arm), the new "
+          "rung's share of the mix's tokens and of its loss before the first / after the last update, updates, "
+          "FLOPs (mean)\n")
+    print("| arm | round | rung | labelled | solved | mix by rung | new rung: tokens / loss first / loss last | "
+          "updates | deliberation FLOPs | distillation FLOPs |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |")
+    for arm, seeds in arms.items():
+        for r in sorted(set.intersection(*(set(c) for c, _ in seeds)) - {0}):
+            rows = [climb[r] for climb, _ in seeds]
+            k = str(rows[0]["rung"])
+            share = lambda f: f"{np.mean([(x[f] or {}).get(k, 0.0) for x in rows]):.2f}"  # noqa: E731
+            mix = ", ".join(f"{rung}: {n}" for rung, n in rows[0]["mix_by_rung"].items())
+            print(f"| {arm} | {r} | {k} | {np.mean([x['problems_labelled'] for x in rows]):.0f} | "
+                  f"{np.mean([x['solved'] for x in rows]):.0f} | {mix} | {share('token_share_by_rung')} / "
+                  f"{share('loss_share_first_by_rung')} / {share('loss_share_last_by_rung')} | "
+                  f"{rows[0]['updates']} | {np.mean([x['deliberation_flops'] for x in rows]):.2e} | "
+                  f"{np.mean([x['distillation_flops'] for x in rows]):.2e} |")
+
+
+def main(argv=None):
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return
+    arms = load(args)
+    endpoint_table(arms)
+    per_rung_table(arms, "fast_by_rung", "Fast (greedy, step-valid) per rung on test, mean of the seeds; the round's "
+                                         "rung and the mean with their 95% t interval")
+    per_rung_table(arms, "vote_by_rung", "Deliberate (decomposed majority vote) per rung on the first test problems "
+                                         "of each rung, mean of the seeds")
+    kept_table(arms)
+    trend_table(arms)
+    reach_table(arms)
+    rounds_table(arms)
+
+
+if __name__ == "__main__":
+    main()

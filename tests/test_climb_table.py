@@ -1,0 +1,44 @@
+"""climb_table.py: the endpoint, the paired rung-2-6 differences and the trend slope, by hand, from written runs."""
+
+import math
+
+from research.rounds import climb_table as CT
+import runs
+
+
+def write_run(d, rung7_after_2, mean_by_round):
+    """A fake climb run: rounds 0-2, every rung at the round's mean except rung 7 after round 2."""
+    d.mkdir()
+    climb, test = [], []
+    for r, m in enumerate(mean_by_round):
+        by_rung = {str(k): m for k in range(2, 11)}
+        if r == 2:
+            by_rung["7"] = rung7_after_2
+        climb.append(dict(round=r, cumulative_flops=1e12 * r, rung=5 + r, problems_labelled=10, solved=8,
+                          mix_by_rung={str(5 + r): 8, "2": 8}, token_share_by_rung={str(5 + r): 0.6},
+                          loss_share_first_by_rung=None, loss_share_last_by_rung={str(5 + r): 0.5}, updates=3,
+                          deliberation_flops=1e11, distillation_flops=2e11))
+        test.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=by_rung, vote_by_rung=by_rung,
+                         reach={"6": dict(pass_at_1=0.1, pass_at_k=0.5, first_errors={"line 1 carry": 1.0})},
+                         reach_samples=64))
+    runs.write_jsonl(d / "climb.jsonl", climb)
+    runs.write_jsonl(d / "test.jsonl", test)
+
+
+def test_endpoint_kept_and_trend_by_hand(tmp_path, capsys):
+    for i, (end, means) in enumerate([(0.4, [0.1, 0.2, 0.3]), (0.5, [0.1, 0.3, 0.5]), (0.6, [0.1, 0.1, 0.1])]):
+        write_run(tmp_path / f"s{i}", end, means)
+    CT.main([f"climb={tmp_path}/s?"])
+    text = capsys.readouterr().out
+    half = 4.303 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(3) over 0.4, 0.5, 0.6
+    assert f"| climb | 3 | 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] | yes |" in text
+    # round 2 minus round 0 at rung 2: +0.2, +0.4, 0.0 -> mean 0.2, sd 0.2
+    half = 4.303 * 0.2 / math.sqrt(3)
+    assert f"| climb | 2 | 0.200 [{0.2 - half:.3f}, {0.2 + half:.3f}] |" in text
+    # slopes of the mean over rungs 2-10 against rounds 0-2 (rung 7 moves round 2's mean by (end - m) / 9)
+    slopes = []
+    for end, means in [(0.4, [0.1, 0.2, 0.3]), (0.5, [0.1, 0.3, 0.5]), (0.6, [0.1, 0.1, 0.1])]:
+        y = [means[0], means[1], means[2] + (end - means[2]) / 9]
+        slopes.append((y[2] - y[0]) / 2)  # three equally spaced points: the slope is (last - first) / 2
+    assert " / ".join(f"{s:+.3f}" for s in slopes) in text
+    assert "| climb | 2 | 7 | 10 | 8 | 7: 8, 2: 8 | 0.60 / 0.00 / 0.50 | 3 | 1.00e+11 | 2.00e+11 |" in text
