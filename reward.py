@@ -45,10 +45,15 @@ class RewardConfig:
                                 range="[0, inf)")
     overlong_buffer: int = arg(0, "DAPO soft overlong penalty: the last N tokens of the budget ramp the reward to -1 "
                                   "(0: off)", range="[0, inf)")
+    prefix_credit: float = arg(0.0, "dense reward (--grader steps): a failed rollout earns X times the share of the "
+                                    "worked solution's lines it wrote right before its first error (0: off)",
+                               range="[0, 1]")
 
 
 def check(cfg):
     """Refuse reward settings that cannot train, naming the flag (each flag's own range is on its field)."""
+    if cfg.prefix_credit and cfg.grader != "steps":
+        raise ValueError(f"--prefix-credit {cfg.prefix_credit} needs --grader steps (it reads the worked lines)")
     if cfg.overlong_buffer >= cfg.max_new_tokens:
         raise ValueError(f"--overlong-buffer {cfg.overlong_buffer} must be below --max-new-tokens {cfg.max_new_tokens}")
 
@@ -92,6 +97,16 @@ def overlong_penalty(r, cfg):
     return max(-1.0, (budget - buffer - length) / buffer)
 
 
+def prefix_credit(r, cfg):
+    """--prefix-credit X: a failed rollout earns X x (lines right before the first error) / (chain lines + 1), the
+    box counted as the last line, so only a pass earns 1: the dense phase of Sun et al. 2025's two-phase schedule."""
+    if not cfg.prefix_credit or r.passed:
+        return 0.0
+    lines, _ = verify.chain(r.problem["problem"])
+    right, _ = verify.first_error(r.text, r.problem["problem"])
+    return cfg.prefix_credit * right / (len(lines) + 1)
+
+
 def kl_penalty(r, cfg):
     """--kl-in reward: -beta times the rollout's KL estimate to the reference, summed over its tokens."""
     return -cfg.kl_coef * r.kl if cfg.kl_coef and cfg.kl_in == "reward" else 0.0
@@ -112,6 +127,8 @@ TERMS = {
                    "-(--format-penalty) without a final \\boxed{} answer (--reward verifier only)"),
     "overlong": Term(overlong_penalty, "Yu et al. 2025, DAPO, eq. 13",
                      "0, then linear down to -1 over the last --overlong-buffer tokens of the budget"),
+    "prefix": Term(prefix_credit, "Sun et al. 2025, RL Grokking Recipe (arXiv 2509.21016), the dense-reward phase",
+                   "--prefix-credit x the share of the worked lines right before the first error, failed rollouts"),
     "kl": Term(kl_penalty, "Hu et al. 2025, REINFORCE++; Ouyang et al. 2022, InstructGPT, eq. 2",
                "-(--kl-coef) x the rollout's summed KL to the reference (--kl-in reward)", needs_kl=True),
 }

@@ -43,6 +43,20 @@ def test_each_term_by_hand():
     assert R.kl_penalty(right, make_cfg(kl_coef=0.1, kl_in="loss")) == 0.0  # the KL goes into the loss instead
 
 
+def test_prefix_credit_pays_the_right_leading_lines_of_a_failed_chain_by_hand():
+    cfg = make_cfg(grader="steps", prefix_credit=0.5)
+    problem = "(3 + 4) * 2 - 5"  # 3 + 4 = 7, 7 * 2 = 14, 14 - 5 = 9: 3 lines and the box, 4 in all
+    texts = ["3 + 4 = 7\n7 * 2 = 14\n14 - 5 = 9\n\\boxed{9}",  # passes: the correctness term pays 1, this 0
+             "3 + 4 = 7\n7 * 2 = 15\n\\boxed{15}",  # 1 line right of 4
+             "3 + 4 = 7\n7 * 2 = 14\n14 - 5 = 9\n\\boxed{8}",  # 3 lines right, the box wrong
+             "\\boxed{9}"]  # a bare answer: no line right
+    rs = [rollout(t, answer="9", problem=problem) for t in texts]
+    assert scored(cfg, *rs) == pytest.approx([1.0, 0.5 * 1 / 4, 0.5 * 3 / 4, 0.0])
+    assert scored(make_cfg(grader="steps"), *rs) == [1.0, 0.0, 0.0, 0.0]  # off by default: the binary reward
+    with pytest.raises(ValueError, match="--prefix-credit 0.5 needs --grader steps"):
+        R.check(make_cfg(prefix_credit=0.5))
+
+
 def test_combinations_sum_the_terms():
     cfg = make_cfg(format_penalty=0.2, overlong_buffer=4)
     rewards = scored(cfg, rollout("so \\boxed{4}", 5), rollout("so \\boxed{4}", 8), rollout("so \\boxed{5}", 10),
@@ -144,4 +158,4 @@ def test_an_evaluation_record_is_paid_at_trainings_defaults():
 
 def test_the_table_lists_every_term_in_order():
     lines = R.table().splitlines()
-    assert [line.split("`")[1] for line in lines[2:]] == ["correctness", "format", "overlong", "kl"]
+    assert [line.split("`")[1] for line in lines[2:]] == ["correctness", "format", "overlong", "prefix", "kl"]
