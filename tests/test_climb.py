@@ -131,6 +131,25 @@ def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_on
     assert (out / "test.jsonl").read_bytes() == before
 
 
+def test_the_drgrpo_baseline_learns_the_rounds_problems_dense_then_binary(tmp_path):
+    out = tmp_path / "rl"
+    row = C.main(SMOKE + ["--learner", "drgrpo", "--rl-steps", "3", "--dense-steps", "1", "--rl-problems-per-step",
+                          "2", "--rl-group-size", "2", "--replay-ratio", "0.5", "--out", str(out)])[1]
+    phases = [json.loads((out / "round_1" / f"rl_{i}" / "config.json").read_text()) for i in (0, 1)]
+    assert [(c["steps"], c["prefix_credit"], c["objective"], c["grader"]) for c in phases] == \
+        [(1, 0.5, "drgrpo", "steps"), (2, 0.0, "drgrpo", "steps")]  # dense first, then the binary reward
+    assert phases[0]["model"] == str(out / "round_0") and phases[1]["model"] == str(out / "round_1" / "rl_0" / "final")
+    pool = runs.read_log(out / "round_1" / "rl_pool.jsonl")
+    rung6 = [p["id"] for p in P.load_problems("tiny_ladder_train") if p["level"] == 6][:4]
+    assert [p["id"] for p in pool[:4]] == rung6 and len(pool) == 6  # the round's 4 problems and 0.5 x 4 replayed
+    assert all(p["level"] < 6 for p in pool[4:]) and row["mix_by_rung"]["6"] == 4
+    flops = sum(runs.read_log(out / "round_1" / f"rl_{i}" / "metrics.jsonl")[-1]["flops"] for i in (0, 1))
+    assert row["updates"] == 3 and row["deliberation_flops"] == 0 and row["distillation_flops"] == pytest.approx(flops)
+    final = checkpoint.load_model(out / "round_1" / "rl_1" / "final", device="cpu").state_dict()
+    saved = checkpoint.load_model(out / "round_1", device="cpu").state_dict()
+    assert all(torch.equal(final[k], saved[k]) for k in final)  # pi_1 is the second phase's final weights
+
+
 def test_bad_input_is_one_error_line(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "research/rounds/climb.py"), "--rounds", "6", "--out",
                            str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)

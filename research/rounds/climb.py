@@ -28,7 +28,9 @@ reused), so the result equals an uninterrupted run.
 """
 
 import collections
+import contextlib
 import dataclasses
+import io
 import json
 import random
 import shutil
@@ -58,17 +60,19 @@ SPLITS = ((6, "tiny_ladder_train", "tiny_ladder_val", "tiny_ladder_test"),
 RUNGS = range(2, 11)
 TEMPLATE = "base"
 # may change on --resume (and the --test flags); every other setting must match
-RESUMABLE = {"rounds", "resume", "device", "out", "test", "test_limit", "test_vote_limit", "reach_samples", "reach_limit"}
+TEST_FLAGS = ("test", "test_limit", "test_vote_limit", "reach_samples", "reach_limit")
+RESUMABLE = {"rounds", "resume", "device", "out", *TEST_FLAGS}
 PROGRAM = "climb"  # config.json's mark (runs.describe): a rounds.py run in --out is never resumed as a climb
 
-label_arg, distil_arg, run_arg, test_arg = map(cli.arg_group, (
-    "System 2: labelling a new rung", "System 1: distillation", "evaluation and run", "the test splits, once"))
+label_arg, distil_arg, rl_arg, run_arg, test_arg = map(cli.arg_group, (
+    "System 2: labelling a new rung", "System 1: distillation", "the baseline: Dr. GRPO rung by rung",
+    "evaluation and run", "the test splits, once"))
 
 
 @dataclass
 class ClimbConfig:
-    HELP_GROUPS = ("System 2: labelling a new rung", "System 1: distillation", "evaluation and run",
-                   "the test splits, once")
+    HELP_GROUPS = ("System 2: labelling a new rung", "System 1: distillation", "the baseline: Dr. GRPO rung by rung",
+                   "evaluation and run", "the test splits, once")
     start: str = run_arg("tiny-ladder", "pi_0: tiny-ladder, tiny, or a checkpoint directory (e.g. a rounds run's "
                                         "round_N)")
     start_rung: int = label_arg(6, "the rung round 1 labels; round r labels start-rung + r - 1", range="[2, 10]")
@@ -98,6 +102,17 @@ class ClimbConfig:
     micro_batch_tokens: int = distil_arg(4096, "padded tokens per forward/backward micro-batch", range="[1, inf)")
     loss_probe: int = distil_arg(64, "traces per rung whose NLL gives each rung's share of the loss (0: off)",
                                  range="[0, inf)")
+    learner: str = rl_arg("distil", "how pi_r learns the round's rung: distil (System 2's labels, the climb) or drgrpo "
+                                    "(the baseline: Dr. GRPO on the same fresh problems beside as many earlier-rung "
+                                    "problems, --replay-ratio, from pi_{r-1}; no labelling)",
+                          choices=("distil", "drgrpo"))
+    rl_steps: int = rl_arg(700, "Dr. GRPO steps a round", range="[1, inf)")
+    rl_lr: float = rl_arg(1e-4, "Dr. GRPO peak lr (warmup --warmup steps, then cosine decay)", range="[0, inf)")
+    rl_problems_per_step: int = rl_arg(16, "Dr. GRPO problems per step", range="[1, inf)")
+    rl_group_size: int = rl_arg(8, "Dr. GRPO samples per problem", range="[1, inf)")
+    dense_steps: int = rl_arg(0, "the first N of --rl-steps pay --prefix-credit, the rest the binary reward (Sun et "
+                                 "al. 2025's two phases; 0: binary only)", range="[0, inf)")
+    prefix_credit: float = rl_arg(0.5, "the dense phase's reward.prefix_credit", range="[0, 1]")
     max_new_tokens: int = run_arg(tiny.FAR2_MAX_NEW_TOKENS, "token budget of a greedy answer and of each decomposed "
                                                             "call (a 10-operation chain fits)", range="[1, inf)")
     val_limit: int = run_arg(0, "validation problems a rung (0: all 100)", range="[0, inf)")
@@ -120,6 +135,15 @@ class ClimbConfig:
 
 def check_config(cfg):
     cli.check_fields(cfg)
+    if cfg.learner == "drgrpo" and cfg.dense_steps >= cfg.rl_steps:
+        raise ValueError(f"--dense-steps {cfg.dense_steps} must be below --rl-steps {cfg.rl_steps}")
+    if cfg.learner == "drgrpo":  # train_rl's own checks, now rather than after round 0 is written
+        try:
+            T.check_config(rl_config(cfg, "pool.jsonl", "tiny_ladder_val", cfg.start, "rl", cfg.rl_steps, 0,
+                                     cfg.prefix_credit))
+        except ValueError as e:
+            raise ValueError(f"the Dr. GRPO baseline: {e} (here --rl-problems-per-step, --rl-group-size, --rl-lr)") \
+                from None
     if cfg.start_rung + cfg.rounds - 1 > RUNGS[-1]:
         raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
                          f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {RUNGS[-1]}")
@@ -239,6 +263,59 @@ def shares(weights):
 
 
 # -----------------------------------------------------------------------------
+# 2'. The baseline: Dr. GRPO on the round's problems (train_rl.train), dense then binary where --dense-steps
+
+
+def rl_config(cfg, pool_path, val, start, run, steps, seed, prefix_credit):
+    """train_rl's Config of one phase: the --rl-* settings, the climb's budget, --warmup then cosine decay (each
+    phase re-warmed, as each round is), never evaluated (val is named so that none is carved from the pool)."""
+    return T.Config(model=str(start), dataset=str(pool_path), subject="", num_problems=0, val_dataset=val,
+                    test_dataset="", objective="drgrpo", steps=steps, problems_per_step=cfg.rl_problems_per_step,
+                    group_size=cfg.rl_group_size, max_new_tokens=cfg.max_new_tokens, temperature=1.0,
+                    grader="steps", prefix_credit=prefix_credit, lr=cfg.rl_lr, warmup_steps=min(cfg.warmup, steps),
+                    schedule="cosine", save_every=0, eval_every=0, seed=seed, device=cfg.device, threads=cfg.threads,
+                    out=str(run))
+
+
+def rl_round(cfg, round_dir, r, pool, val):
+    """--rl-steps of Dr. GRPO from round_{r-1}/ on pool: --dense-steps with --prefix-credit, then the binary reward.
+    Returns the final checkpoint and the phases' summed totals (generated_tokens, training_tokens, flops)."""
+    pool_path = round_dir / "rl_pool.jsonl"
+    runs.write_jsonl(pool_path, pool)
+    start, totals = round_dir.parent / f"round_{r - 1}", dict(generated_tokens=0, training_tokens=0, flops=0.0)
+    phases = [(cfg.dense_steps, cfg.prefix_credit)] if cfg.dense_steps else []
+    phases.append((cfg.rl_steps - cfg.dense_steps, 0.0))
+    for i, (steps, credit) in enumerate(phases):
+        run = round_dir / f"rl_{i}"
+        shutil.rmtree(run, ignore_errors=True)  # a phase is redone whole after an interruption
+        with contextlib.redirect_stdout(io.StringIO()):  # its per-step lines would drown the round's
+            T.train(rl_config(cfg, pool_path, val, start, run, steps, ((cfg.seed * 1_009 + r) * 2 + i) % 2**32, credit))
+        last = runs.read_log(run / "metrics.jsonl")[-1]
+        totals = {k: totals[k] + last.get(k, 0) for k in totals}
+        start = run / "final"
+    return start, totals
+
+
+def rl_learn(r, cfg, out, train, problems, tokenizer, device):
+    """The baseline's round r: Dr. GRPO on its fresh problems beside --replay-ratio as many problems of the earlier
+    rungs (the ladder's rungs below --start-rung and earlier rounds' problems); pi_r saved; the row's fields."""
+    rung, round_dir = cfg.start_rung + r - 1, out / f"round_{r}"
+    (round_dir / "label").mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])  # for used_ids
+    used = used_ids(out, r)
+    earlier = by_rung([p for p in train[SPLITS[0][1]] if p["level"] < cfg.start_rung] +
+                      [p for rows in train.values() for p in rows if p["id"] in used])
+    pool = problems + replay(earlier, len(problems), cfg.replay_ratio, cfg.seed, r)
+    final, totals = rl_round(cfg, round_dir, r, pool, split_of(rung, 2))
+    R.save_policy(checkpoint.load_model(final, dtype=torch.float32, device=device), round_dir, tokenizer)
+    return dict(round=r, rung=rung, label_dataset=split_of(rung, 1), problems_labelled=len(problems), solved=0,
+                label_samples=0, traces_new=0, mix_by_rung={str(k): len(v) for k, v in by_rung(pool).items()},
+                token_share_by_rung=None, loss_share_first_by_rung=None, loss_share_last_by_rung=None,
+                updates=cfg.rl_steps, dense_steps=cfg.dense_steps, generated_tokens=totals["generated_tokens"],
+                training_tokens=totals["training_tokens"], deliberation_flops=0.0, distillation_flops=totals["flops"])
+
+
+# -----------------------------------------------------------------------------
 # 3. Evaluate: fast per rung, the decomposed vote at the next rung
 
 
@@ -310,17 +387,18 @@ def run_test(cfg):
     saved = runs.read_json_object(out / "config.json")
     if saved.get("program") != PROGRAM:
         raise ValueError(f"--test: {out} does not hold a climb run (research/rounds/climb.py)")
-    run_cfg = dataclasses.replace(ClimbConfig(**{k: v for k, v in saved.items() if k in ClimbConfig.__dataclass_fields__}),
-                                  **{k: getattr(cfg, k) for k in ("test_limit", "test_vote_limit", "reach_samples", "reach_limit",
-                                                                  "device", "threads")})
+    fields = ClimbConfig.__dataclass_fields__
+    run_cfg = dataclasses.replace(ClimbConfig(**{k: v for k, v in saved.items() if k in fields}),
+                                  **{k: getattr(cfg, k) for k in (*TEST_FLAGS[1:], "device", "threads")})
     done = {row["round"] for row in runs.read_log(out / "test.jsonl", repair=True)}
     tokenizer, device = checkpoint.load_tokenizer(out / "round_0"), cfg.device or M.default_device()
     for row in runs.read_log(out / "climb.jsonl", repair=True):
         if row["round"] not in done:
             test = test_round(row["round"], run_cfg, out, tokenizer, device)
             E.append_records(out / "test.jsonl", [test])
-            print(f"round {test['round']} test | fast " + " ".join(f"{k}:{v:.2f}" for k, v in test["fast_by_rung"].items())
-                  + " | vote " + " ".join(f"{k}:{v:.2f}" for k, v in test["vote_by_rung"].items()), flush=True)
+            fast, vote = (" ".join(f"{k}:{v:.2f}" for k, v in test[f].items()) for f in ("fast_by_rung",
+                                                                                          "vote_by_rung"))
+            print(f"round {test['round']} test | fast {fast} | vote {vote}", flush=True)
     return out
 
 
@@ -359,6 +437,9 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r))
     if not problems:
         raise ValueError(f"round {r}: {split} has no unused problem of rung {rung}")
+    if cfg.learner == "drgrpo":  # the baseline: no labels; its System 1 learns the rung by RL
+        row = rl_learn(r, cfg, out, train, problems, tokenizer, device)
+        return finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0)
     if cfg.labels == "generator":  # the control: every problem labelled, by the generator, at no deliberation cost
         (round_dir / "label").mkdir(parents=True, exist_ok=True)
         runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])  # for used_ids
