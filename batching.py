@@ -120,7 +120,8 @@ def draw_live(request, logits, row_result, keys, steps, stop, results):
     token, done = request.draw(logits[live], keys[ids], steps[ids], stop, results, ids)
     steps[ids] += 1
     finished = done | (steps[ids] >= request.max_new_tokens)
-    request.on_token(len(live), int(finished.sum()))
+    if request.progress:
+        request.progress(len(live), int(finished.sum()))
     row_result[live[finished]] = -1
     return live, token
 

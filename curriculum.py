@@ -1,8 +1,8 @@
 """
 Which problems a step draws, and which rollouts it learns from: a pass-rate curriculum, a replay buffer of the
 policy's own rare successes and DAPO's dynamic sampling (train_rl.py --select pass_rate, --replay-fraction F,
---dynamic-sampling). train_rl.draw_rollouts calls each by name: choose_problems, replay, keep_mixed,
-update_selection. The study that measures them: research/exploration/.
+--dynamic-sampling). With one of them on, train_rl.draw_with_options calls each by name: choose_problems,
+replay, keep_mixed, update_selection. The study that measures them: research/exploration/.
 
 Pass-rate curriculum (--select pass_rate; the default, uniform, draws each epoch's permutation):
 - A table of attempts and successes per training problem, updated from every group the step samples.

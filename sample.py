@@ -113,6 +113,34 @@ def inverse_cdf(weights, u, sums=None):
     return tokens.gather(-1, torch.searchsorted(cdf, inside[:, None], right=True).clamp_(max=size - 1)).squeeze(-1)
 
 
+def sample_next(logits, temperature, top_p, top_k, keys, step):
+    """Next token ids (B,) from logits (B, vocab), and their log-probabilities under the policy (the softmax at
+    temperature 1, before top-k/top-p), which training's importance ratios need. Greedy at temperature 0, else
+    inverse-CDF sampling with one counter-based uniform per row: top-k draws within the k largest, top-p from
+    the whole softmax by rejection (draw_in_nucleus); both exact, in the section below."""
+    if temperature == 0:
+        token = logits.argmax(-1)
+    elif 0 < top_k < logits.shape[-1]:
+        token = draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
+    else:
+        top = logits.amax(-1)
+        weights = logits - top[:, None]
+        if temperature != 1.0:  # a pass over the vocabulary that changes nothing at 1
+            weights.div_(temperature)
+        weights.exp_()  # the softmax, unnormalized
+        total, sums = weights.sum(-1), block_sums(weights)
+        token = inverse_cdf(weights, uniform(keys, step), sums)
+        if top_p < 1.0:  # the block sums also bound the mass above the drawn token (surely_inside)
+            token = draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, step)
+        if temperature == 1.0:  # the policy's own softmax: its total gives the log-prob without a second pass
+            return token, logits.gather(-1, token[:, None]).squeeze(-1) - top - total.log()
+    return token, logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+# -----------------------------------------------------------------------------
+# Top-k and top-p: sample_next's filters, exact (tests/test_sample.py checks them against the sorted softmax)
+
+
 def kept_tokens(logits, top_k, top_p):
     """(values, ids), each (B, k), of the tokens top-k and then top-p keep, largest first, -inf past a row's own
     set. Nucleus sampling (Holtzman et al. 2020) keeps the smallest set with mass >= top_p, and here every
@@ -190,30 +218,6 @@ def draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, key
         kept = kept_tokens(logits[rows] / temperature, 0, top_p)
         token[rows] = draw_kept(*kept, uniform(keys[rows], steps[rows], NUCLEUS_DRAWS))
     return token
-
-
-def sample_next(logits, temperature, top_p, top_k, keys, step):
-    """Next token ids (B,) from logits (B, vocab), and their log-probabilities under the policy (the softmax at
-    temperature 1, before top-k/top-p), which training's importance ratios need. Greedy at temperature 0, else
-    inverse-CDF sampling with one counter-based uniform per row: top-k draws within the k largest, top-p from
-    the whole softmax by rejection (draw_in_nucleus)."""
-    if temperature == 0:
-        token = logits.argmax(-1)
-    elif 0 < top_k < logits.shape[-1]:
-        token = draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
-    else:
-        top = logits.amax(-1)
-        weights = logits - top[:, None]
-        if temperature != 1.0:  # a pass over the vocabulary that changes nothing at 1
-            weights.div_(temperature)
-        weights.exp_()  # the softmax, unnormalized
-        total, sums = weights.sum(-1), block_sums(weights)
-        token = inverse_cdf(weights, uniform(keys, step), sums)
-        if top_p < 1.0:  # the block sums also bound the mass above the drawn token (surely_inside)
-            token = draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, step)
-        if temperature == 1.0:  # the policy's own softmax: its total gives the log-prob without a second pass
-            return token, logits.gather(-1, token[:, None]).squeeze(-1) - top - total.log()
-    return token, logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
 
 
 # -----------------------------------------------------------------------------
@@ -324,9 +328,9 @@ def decode_step(decode, cache, live, token, row_result, pad_id):
 
 @dataclass
 class Request:
-    """One generate call, checked: what a decode engine reads beside the model. generate_chunk below uses it, and
-    so do batching.py's engines, which reach this file's prefill, draw and decode step through its methods
-    (sample.py imports batching.py, so batching.py cannot import it back)."""
+    """One generate call, checked: what a decode engine reads beside the model. generate_chunk below reads its
+    fields; batching.py's engines reach this file's prefill, draw and decode step through its methods (sample.py
+    imports batching.py, so batching.py cannot import it back)."""
     prompts: list  # token id lists
     n: int  # samples per prompt (a GRPO group)
     max_new_tokens: int
@@ -334,7 +338,7 @@ class Request:
     seeds: list  # one int per prompt (prompt_seeds)
     stop_token_ids: object  # ids that end a row
     pad_id: int
-    on_token: object  # on_token(live rows, rows finished) after each draw: the progress count (Progress)
+    progress: object  # progress(live rows, rows finished) after each draw (Progress), or None
 
     def start(self, prompt_ids, device):
         """Empty Completions of prompts `prompt_ids` (n each, in order), each one's sampling key, the stop ids."""
@@ -357,16 +361,19 @@ def generate_chunk(model, request, chunk, decode):
     """Complete prompts `chunk` of the request: n rows each, in order chunk[0] sample 0..n-1, chunk[1], ...
     `decode` runs the one-token steps: the model itself, or its torch.compile'd forward."""
     results, keys, stop = request.start(chunk, model.lm_head.weight.device)
-    cache, logits = request.prefill(model, chunk, room=request.max_new_tokens)
+    cache, logits = prefill(model, [request.prompts[i] for i in chunk], request.n, request.max_new_tokens,
+                            request.pad_id)
     row_result = torch.arange(len(results), device=keys.device)  # result index of each cache row; -1 once finished
     for step in range(request.max_new_tokens):
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
-        token, done = request.draw(logits[live], keys[row_result[live]], step, stop, results, row_result[live])
-        request.on_token(len(live), int(done.sum()))
+        token, done = draw_tokens(logits[live], *request.sampling, keys[row_result[live]], step, stop, results,
+                                  row_result[live])
+        if request.progress:
+            request.progress(len(live), int(done.sum()))
         row_result[live[done]] = -1
         if step == request.max_new_tokens - 1 or not bool((row_result >= 0).any()):
             break
-        logits, row_result = request.decode_step(decode, cache, live, token, row_result)
+        logits, row_result = decode_step(decode, cache, live, token, row_result, request.pad_id)
     return results
 
 
@@ -378,7 +385,8 @@ def generate_chunks(model, request, token_budget, decode):
         out = generate_chunk(model, request, chunk, decode)
         for k, i in enumerate(chunk):
             results[i * n:(i + 1) * n] = out[k * n:(k + 1) * n]
-        request.on_token.rows_done = sum(r is not None for r in results)  # rows that ran to the length count too
+        if request.progress:  # rows that ran to the length count too
+            request.progress.rows_done = sum(r is not None for r in results)
     return results
 
 
@@ -397,8 +405,8 @@ def prompt_seeds(seed, count):
 
 
 class Progress:
-    """Counts drawn tokens and finished rows, and reports them to `progress`: a callable progress(tokens_done,
-    rows_done, rows_total, seconds), or True for a line on stderr every 2 seconds."""
+    """generate(progress=...): counts drawn tokens and finished rows, and reports them to `progress`: a callable
+    progress(tokens_done, rows_done, rows_total, seconds), or True for a line on stderr every 2 seconds."""
 
     def __init__(self, progress, rows_total):
         self.progress, self.rows_total = progress, rows_total
@@ -407,8 +415,6 @@ class Progress:
     def __call__(self, live_rows, rows_finished):
         self.tokens += live_rows
         self.rows_done += rows_finished
-        if self.progress is None:
-            return
         seconds = time.time() - self.t0
         if callable(self.progress):
             self.progress(self.tokens, self.rows_done, self.rows_total, seconds)
@@ -448,7 +454,7 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
         return []
     token_budget = token_budget or default_token_budget(model)
     check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, token_budget)
-    counter = Progress(progress, len(prompts) * n)
+    counter = Progress(progress, len(prompts) * n) if progress is not None else None
     request = Request(prompts, n, max_new_tokens, (temperature, top_p, top_k), prompt_seeds(seed, len(prompts)),
                       stop_token_ids, pad_id, counter)
     on_cuda = model.lm_head.weight.device.type == "cuda"
@@ -460,5 +466,6 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
             results = batching.generate_slots(model, request, token_budget, slots, decode)
         else:
             results = generate_chunks(model, request, token_budget, decode)
-    counter.end()
+    if counter:
+        counter.end()
     return results

@@ -126,6 +126,9 @@ class Config(RewardConfig, ObjectiveConfig, SelectionConfig, SpeedConfig, LoopCo
 # The embedded tiny world (--model tiny, tiny-ladder, or a model trained from them) brings its own defaults, and
 # its ladder (--dataset tiny_ladder_train) its rungs, a budget that fits the top rung and the step-checking
 # grader; flags given still win (`--model tiny --help` shows them).
+# A run's settings, all of them: Config's fields above (with the option configs' it inherits), these two tables,
+# and an objective's paper values for --clip-low, --clip-high and --dynamic-sampling (its row's `defaults` in
+# objectives.OBJECTIVES, else 0.2, 0.2, off). The run directory's config.json holds them resolved.
 TINY_DEFAULTS = dict(dataset="tiny_train", subject="", num_problems=0, val_dataset="tiny_val", test_dataset="tiny_test",
                      steps=60, problems_per_step=16, group_size=8, max_new_tokens=64, lr=1e-4, eval_every=20,
                      save_every=20, eval_group_by="level")
@@ -240,13 +243,23 @@ def sample_and_score(run, batch, seeds, seconds):
 
 def draw_rollouts(run, step):
     """Steps 1-4 for one step: (every rollout drawn, the batch to learn from, groups given a replayed success,
-    seconds spent sampling and verifying). Plainly one draw, whose P groups of G are the batch. The options enter
-    by name: replay puts a past success in some groups (curriculum.replay), dynamic sampling keeps only mixed
-    groups and draws again, at most --max-draws times (curriculum.keep_mixed), and every fresh group updates the
-    data state after the step's choices (curriculum.update_selection)."""
+    seconds spent sampling and verifying). Plainly one draw: the epoch's P problems, whose P groups of G are the
+    batch. With an option of curriculum.py on, draw_with_options."""
+    cfg, seconds = run.cfg, dict(sampling=0.0, verifying=0.0)
+    if run.selection or cfg.dynamic_sampling:
+        return draw_with_options(run, step, seconds)
+    idx = problems_for_step(len(run.train_set), step, cfg.problems_per_step, cfg.seed)
+    rollouts = sample_and_score(run, [run.train_set[i] for i in idx], sampling_seeds(cfg, step, 0, len(idx)), seconds)
+    return rollouts, list(rollouts), 0, seconds
+
+
+def draw_with_options(run, step, seconds):
+    """draw_rollouts with curriculum.py's options, each by name: the problem selector (choose_problems), replay
+    puts a past success in some groups (curriculum.replay), dynamic sampling keeps only mixed groups and draws
+    again, at most --max-draws times (curriculum.keep_mixed), and every fresh group updates the data state after
+    the step's choices (curriculum.update_selection)."""
     G, P = run.cfg.group_size, run.cfg.problems_per_step
     drawn, fresh, batch_groups, replayed = [], [], [], 0
-    seconds = dict(sampling=0.0, verifying=0.0)
     for draw in range(curriculum.draws_per_step(run.cfg)):
         idx = choose_problems(run, step, draw, fresh)
         rollouts = sample_and_score(run, [run.train_set[i] for i in idx], sampling_seeds(run.cfg, step, draw, len(idx)),

@@ -104,7 +104,8 @@ def checked_loss(loss, logp, policy):
 def apply_gradients(policy, optimizer, grad_clip, nonfinite):
     """Sum the ranks' gradients, clip their norm and take the AdamW step; returns the norm, or None when the
     update is skipped (a non-finite loss on any rank, or gradient): logged, never applied or saved."""
-    D.all_reduce_gradients(policy)
+    if D.world_size() > 1:  # several processes: sum their gradients (distributed.py)
+        D.all_reduce_gradients(policy)
     params = [p for p in policy.parameters() if p.requires_grad]
     grad_norm = D.whole(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
     if nonfinite or not torch.isfinite(grad_norm):
@@ -121,7 +122,9 @@ def policy_update(run, rows, n_sequences, n_tokens):
     hold this rank's share of it), so every micro-batch's loss is its share."""
     cfg, policy = run.cfg, run.policy
     loss_of = OBJECTIVES[cfg.objective].loss
-    batches = D.pad_micro_batches(micro_batches(rows, cfg.micro_batch_tokens), policy)
+    batches = micro_batches(rows, cfg.micro_batch_tokens)
+    if cfg.fsdp:  # every rank runs as many passes as the others (distributed.py)
+        batches = D.pad_micro_batches(batches, policy)
     stats = dict(loss=0.0, entropy=0.0, clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
     old = {}
     policy.train()

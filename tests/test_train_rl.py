@@ -289,6 +289,20 @@ def test_dynamic_sampling_keeps_only_mixed_groups(run_setup, char_model_dir):
     assert seconds["sampling"] > 0
 
 
+def test_the_plain_draw_is_the_options_loop_with_no_option_on(run_setup, char_model_dir):
+    """draw_rollouts' one draw and draw_with_options' loop (uniform selector, no replay, no dynamic sampling) draw
+    the same problems and the same samples, at step 0 and in a later epoch."""
+    policy, tok = checkpoint.load_model(char_model_dir, device="cpu"), checkpoint.load_tokenizer(char_model_dir)
+    pool = P.load_problems(run_setup().dataset)
+    for step in (0, 3):
+        run = make_run(run_setup(), policy, tok, pool)
+        plain = T.draw_rollouts(run, step)
+        looped = T.draw_with_options(run, step, dict(sampling=0.0, verifying=0.0))
+        for a, b in zip(plain[:2], looped[:2]):
+            assert [(r.problem["id"], r.tokens, r.reward) for r in a] == [(r.problem["id"], r.tokens, r.reward) for r in b]
+        assert plain[2] == looped[2] == 0 and len(plain[1]) == 2 * 4
+
+
 def test_validation_is_reported_per_source(run_setup, tmp_path):
     val = tmp_path / "val.jsonl"
     val.write_text("".join(json.dumps(dict(id=f"v{i}", source="ab"[i % 2] * 3, problem=f"What is {i}?", answer=str(i)))
