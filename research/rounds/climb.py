@@ -130,7 +130,7 @@ class ClimbConfig:
                                     range="[1, inf)")
     reach_samples: int = test_arg(64, "samples at T = 1 of the reach test at the round's rung and one above "
                                       "(step-valid pass@k)", range="[1, inf)")
-    reach_limit: int = test_arg(50, "test problems a rung of the reach test", range="[1, inf)")
+    reach_limit: int = test_arg(50, "test problems a rung of the reach test (0: no reach test)", range="[0, inf)")
 
 
 def check_config(cfg):
@@ -377,7 +377,8 @@ def test_round(r, cfg, out, tokenizer, device):
     return dict(round=r, rung=rung if r else None, fast_by_rung=by_level(fast), fast_n=fast["n"],
                 vote_by_rung=by_level(vote), vote_n=vote["n"], samples=cfg.samples, test_limit=cfg.test_limit,
                 test_vote_limit=cfg.test_vote_limit,
-                reach=reach(sampler, tokenizer, near, cfg, test_dir / "reach"), reach_samples=cfg.reach_samples,
+                reach=reach(sampler, tokenizer, near, cfg, test_dir / "reach") if near else {},
+                reach_samples=cfg.reach_samples,
                 reach_limit=cfg.reach_limit, eval_flops=fast["inference_flops"] + vote["inference_flops"])
 
 
