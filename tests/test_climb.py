@@ -111,16 +111,18 @@ def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_on
     assert [t["response"] for t in C.worked_traces(ladder, tok, 0, "ladder")] == \
         [tiny.completion_text(p, bare=False) for p in ladder]  # the generator's own solution text, byte for byte
     out = tmp_path / "gen"
-    row = C.main(SMOKE + ["--labels", "generator", "--out", str(out)])[1]
-    traces = runs.read_log(out / "traces_1.jsonl")
-    problems = {p["id"]: p for p in P.load_problems("tiny_ladder_train")}
-    assert row["solved"] == row["traces_new"] == row["problems_labelled"] == 4 and row["deliberation_flops"] == 0
+    rows = C.main(SMOKE + ["--labels", "generator", "--out", str(out), "--rounds", "2"])
+    traces = runs.read_log(out / "traces_1.jsonl") + runs.read_log(out / "traces_2.jsonl")
+    problems = {p["id"]: p for s in C.SPLITS for p in P.load_problems(s[1])}
+    for row in rows[1:]:
+        assert row["solved"] == row["traces_new"] == row["problems_labelled"] == 4 and row["deliberation_flops"] == 0
+    assert [t["level"] for t in traces] == [6] * 4 + [7] * 4  # round 2 labels rung 7 (its ids read from round 1)
     assert all(V.check_steps(t["response"], problems[t["id"]]["problem"], problems[t["id"]]["answer"]) for t in traces)
     C.main(["--test", "--test-limit", "2", "--test-vote-limit", "1", "--reach-samples", "3", "--reach-limit", "1",
             "--out", str(out), "--device", "cpu"])
     tests = runs.read_log(out / "test.jsonl")
-    assert [t["round"] for t in tests] == [0, 1] and all(t["fast_n"] == 18 and t["vote_n"] == 9 for t in tests)
-    assert [sorted(t["reach"]) for t in tests] == [["5", "6"], ["6", "7"]]  # the round's rung and one above
+    assert [t["round"] for t in tests] == [0, 1, 2] and all(t["fast_n"] == 18 and t["vote_n"] == 9 for t in tests)
+    assert [sorted(t["reach"]) for t in tests] == [["5", "6"], ["6", "7"], ["7", "8"]]  # the round's rung and one up
     greedy = E.read_records(out / "round_1" / "test" / "fast" / "records.jsonl")[0]
     assert [r["id"] for r in greedy] == [p["id"] for k in range(2, 11) for p in
                                          [q for s in C.SPLITS for q in P.load_problems(s[3]) if q["level"] == k][:2]]
@@ -133,8 +135,11 @@ def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_on
 
 def test_the_drgrpo_baseline_learns_the_rounds_problems_dense_then_binary(tmp_path):
     out = tmp_path / "rl"
-    row = C.main(SMOKE + ["--learner", "drgrpo", "--rl-steps", "3", "--dense-steps", "1", "--rl-problems-per-step",
-                          "2", "--rl-group-size", "2", "--replay-ratio", "0.5", "--out", str(out)])[1]
+    rows = C.main(SMOKE + ["--learner", "drgrpo", "--rl-steps", "3", "--dense-steps", "1", "--rl-problems-per-step",
+                           "2", "--rl-group-size", "2", "--replay-ratio", "0.5", "--out", str(out), "--rounds", "2"])
+    row = rows[1]
+    pool_2 = runs.read_log(out / "round_2" / "rl_pool.jsonl")  # round 2: rung 7's problems, and rung 6's among the old
+    assert [p["level"] for p in pool_2[:4]] == [7] * 4 and rows[2]["mix_by_rung"]["7"] == 4
     phases = [json.loads((out / "round_1" / f"rl_{i}" / "config.json").read_text()) for i in (0, 1)]
     assert [(c["steps"], c["prefix_credit"], c["objective"], c["grader"]) for c in phases] == \
         [(1, 0.5, "drgrpo", "steps"), (2, 0.0, "drgrpo", "steps")]  # dense first, then the binary reward

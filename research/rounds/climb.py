@@ -173,8 +173,13 @@ def fresh_problems(pool, rung, n, used):
 
 
 def used_ids(out, r):
-    """Problems labelled by rounds 1..r-1 (their labelling records on disk)."""
-    return {rec["id"] for q in range(1, r) for rec in E.read_records(out / f"round_{q}" / "label" / "records.jsonl")[0]}
+    """Problems labelled by rounds 1..r-1 (their labelling records on disk: evaluate's, or ids alone where no
+    System 2 labelled them)."""
+    paths = [out / f"round_{q}" / "label" / "records.jsonl" for q in range(1, r)]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{missing[0]}: an earlier round's labelling records are missing")
+    return {rec["id"] for p in paths for rec in runs.read_log(p)}
 
 
 def worked_traces(rows, tokenizer, r, source):
