@@ -148,7 +148,10 @@ def grpo_loss(b, cfg):
 
 
 def drgrpo_loss(b, cfg):
-    """Token terms summed and divided by one constant, the generation budget, not |o_i| (Dr. GRPO, sec. 3.2)."""
+    """Token terms summed and divided by one constant, the generation budget, not |o_i| (Dr. GRPO, sec. 3.2).
+    On-policy (--epochs-per-batch 1, the default) rho = 1, the clip never binds, tis = 1 and the KL term is 0:
+    the gradient is -sum_i A_i sum_t grad log pi(o_it) / (max_new_tokens x n_sequences), REINFORCE with the
+    group mean as baseline."""
     return -(ppo_terms(b, cfg) * b.mask).sum() / (cfg.max_new_tokens * b.n_sequences)
 
 

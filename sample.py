@@ -71,10 +71,10 @@ def row_keys(prompt_seeds, n):
     return hash32((hash32(prompt_seeds.repeat_interleave(n) & MASK32) + j * 0x9E3779B9) & MASK32)
 
 
-def uniform(keys, step, draw=0):
-    """(B,) uniforms in (0, 1), a pure function of (row key, the row's token index `step`, draw number): 52
-    random bits from two hashes (32 would round away every token below 2e-10). `step` is an int or (B,)."""
-    base = hash32((keys + (step + 1) * 0x85EBCA6B) & MASK32) + draw * 0xC2B2AE35
+def uniform(keys, position, draw=0):
+    """(B,) uniforms in (0, 1), a pure function of (row key, the row's token index `position`, draw number): 52
+    random bits from two hashes (32 would round away every token below 2e-10). `position` is an int or (B,)."""
+    base = hash32((keys + (position + 1) * 0x85EBCA6B) & MASK32) + draw * 0xC2B2AE35
     hi, lo = hash32(base & MASK32), hash32((base + 0x27D4EB2F) & MASK32)
     return ((hi >> 12) << 32 | lo).double().add_(0.5).div_(2.0**52)  # exact: integers below 2^52
 
@@ -113,7 +113,7 @@ def inverse_cdf(weights, u, sums=None):
     return tokens.gather(-1, torch.searchsorted(cdf, inside[:, None], right=True).clamp_(max=size - 1)).squeeze(-1)
 
 
-def sample_next(logits, temperature, top_p, top_k, keys, step):
+def sample_next(logits, temperature, top_p, top_k, keys, position):
     """Next token ids (B,) from logits (B, vocab), and their log-probabilities under the policy (the softmax at
     temperature 1, before top-k/top-p), which training's importance ratios need. Greedy at temperature 0, else
     inverse-CDF sampling with one counter-based uniform per row: top-k draws within the k largest, top-p from
@@ -121,7 +121,7 @@ def sample_next(logits, temperature, top_p, top_k, keys, step):
     if temperature == 0:
         token = logits.argmax(-1)
     elif 0 < top_k < logits.shape[-1]:
-        token = draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, step))
+        token = draw_kept(*kept_tokens(logits / temperature, top_k, top_p), uniform(keys, position))
     else:
         top = logits.amax(-1)
         weights = logits - top[:, None]
@@ -129,9 +129,9 @@ def sample_next(logits, temperature, top_p, top_k, keys, step):
             weights.div_(temperature)
         weights.exp_()  # the softmax, unnormalized
         total, sums = weights.sum(-1), block_sums(weights)
-        token = inverse_cdf(weights, uniform(keys, step), sums)
+        token = inverse_cdf(weights, uniform(keys, position), sums)
         if top_p < 1.0:  # the block sums also bound the mass above the drawn token (surely_inside)
-            token = draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, step)
+            token = draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, position)
         if temperature == 1.0:  # the policy's own softmax: its total gives the log-prob without a second pass
             return token, logits.gather(-1, token[:, None]).squeeze(-1) - top - total.log()
     return token, logits.gather(-1, token[:, None]).squeeze(-1) - logits.logsumexp(-1)
@@ -201,22 +201,22 @@ NUCLEUS_MARGIN = 1e-4  # of the total: float32 sums over 151,936 tokens round by
 NUCLEUS_DRAWS = 8  # rejection draws before a row takes the exact sorted nucleus (each accepts with p >= top_p)
 
 
-def draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, step):
+def draw_in_nucleus(logits, temperature, top_p, weights, total, sums, token, keys, position):
     """Top-p by rejection: a row whose drawn token lies outside the nucleus draws again from the whole softmax
     (an accepted draw follows the softmax restricted to the nucleus exactly, and a draw is accepted with
     probability >= top_p); a row still outside after NUCLEUS_DRAWS draws samples the sorted nucleus directly,
     which keeps the distribution exact."""
-    steps = torch.as_tensor(step, device=logits.device).expand(len(token))
+    positions = torch.as_tensor(position, device=logits.device).expand(len(token))
     rows = outside_nucleus(weights, total, sums, token, top_p).nonzero().squeeze(-1)
     for draw in range(1, NUCLEUS_DRAWS):
         if not len(rows):
             return token
         w, t, s = weights[rows], total[rows], sums[rows]
-        token[rows] = redrawn = inverse_cdf(w, uniform(keys[rows], steps[rows], draw), s)
+        token[rows] = redrawn = inverse_cdf(w, uniform(keys[rows], positions[rows], draw), s)
         rows = rows[outside_nucleus(w, t, s, redrawn, top_p)]
     if len(rows):
         kept = kept_tokens(logits[rows] / temperature, 0, top_p)
-        token[rows] = draw_kept(*kept, uniform(keys[rows], steps[rows], NUCLEUS_DRAWS))
+        token[rows] = draw_kept(*kept, uniform(keys[rows], positions[rows], NUCLEUS_DRAWS))
     return token
 
 
@@ -297,10 +297,10 @@ def prefill(model, prompts, n, room, pad_id):
     return cache, logits
 
 
-def draw_tokens(logits, temperature, top_p, top_k, keys, steps, stop, results, result_ids):
+def draw_tokens(logits, temperature, top_p, top_k, keys, positions, stop, results, result_ids):
     """Sample the next token of each live row, append it and its log-probability under the policy (softmax at
     temperature 1) to the row's Completion; returns (tokens, which rows drew a stop token)."""
-    token, logp = sample_next(logits.float(), temperature, top_p, top_k, keys, steps)
+    token, logp = sample_next(logits.float(), temperature, top_p, top_k, keys, positions)
     done = torch.isin(token, stop)
     logps = logp.tolist()
     if not all(math.isfinite(lp) for lp in logps):  # NaN or inf logits make every log-prob of their row NaN
@@ -349,8 +349,8 @@ class Request:
     def prefill(self, model, prompt_ids, room):
         return prefill(model, [self.prompts[i] for i in prompt_ids], self.n, room, self.pad_id)
 
-    def draw(self, logits, keys, steps, stop, results, result_ids):
-        return draw_tokens(logits, *self.sampling, keys, steps, stop, results, result_ids)
+    def draw(self, logits, keys, positions, stop, results, result_ids):
+        return draw_tokens(logits, *self.sampling, keys, positions, stop, results, result_ids)
 
     def decode_step(self, decode, cache, live, token, row_result):
         return decode_step(decode, cache, live, token, row_result, self.pad_id)
@@ -364,14 +364,14 @@ def generate_chunk(model, request, chunk, decode):
     cache, logits = prefill(model, [request.prompts[i] for i in chunk], request.n, request.max_new_tokens,
                             request.pad_id)
     row_result = torch.arange(len(results), device=keys.device)  # result index of each cache row; -1 once finished
-    for step in range(request.max_new_tokens):
+    for position in range(request.max_new_tokens):  # the completion's token index (not a training step)
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
-        token, done = draw_tokens(logits[live], *request.sampling, keys[row_result[live]], step, stop, results,
+        token, done = draw_tokens(logits[live], *request.sampling, keys[row_result[live]], position, stop, results,
                                   row_result[live])
         if request.progress:
             request.progress(len(live), int(done.sum()))
         row_result[live[done]] = -1
-        if step == request.max_new_tokens - 1 or not bool((row_result >= 0).any()):
+        if position == request.max_new_tokens - 1 or not bool((row_result >= 0).any()):
             break
         logits, row_result = decode_step(decode, cache, live, token, row_result, request.pad_id)
     return results

@@ -176,7 +176,7 @@ def test_tiny_top_p_is_greedy_and_top_k_1_is_greedy(tiny):
 def draws(logits, top_p=1.0, top_k=0, rows=4000):
     """rows independent draws from one distribution: every row its own key."""
     keys = S.row_keys(torch.tensor([7]), rows)
-    return S.sample_next(logits.expand(rows, -1), 1.0, top_p, top_k, keys, step=0)[0]
+    return S.sample_next(logits.expand(rows, -1), 1.0, top_p, top_k, keys, position=0)[0]
 
 
 def test_sample_next_filters():
@@ -365,7 +365,7 @@ def test_draws_follow_the_softmax(draws_allowed, monkeypatch):
     assert 0 < sum(fallback_rows) < 60 if draws_allowed == 8 else 7900 < sum(fallback_rows) < 8760  # 8,333 expected
     # consecutive steps of one row are independent too: pairs (step t, step t+1) are not correlated
     keys = S.row_keys(torch.tensor([3]), 5000)
-    x = [S.sample_next(torch.log(p)[None].expand(5000, -1), 1.0, 1.0, 0, keys, step=t)[0].double() for t in (0, 1)]
+    x = [S.sample_next(torch.log(p)[None].expand(5000, -1), 1.0, 1.0, 0, keys, position=t)[0].double() for t in (0, 1)]
     assert abs(torch.corrcoef(torch.stack(x))[0, 1].item()) < 0.05
 
 
