@@ -15,6 +15,7 @@ def write_run(d, rung7_after_2, mean_by_round):
         if r == 2:
             by_rung["7"] = rung7_after_2
         climb.append(dict(round=r, cumulative_flops=1e12 * r, rung=5 + r, problems_labelled=10, solved=8,
+                          fast_by_rung={str(k): m for k in range(2, 11)}, vote_rung=6 + r, vote_accuracy=0.1 * r,
                           mix_by_rung={str(5 + r): 8, "2": 8}, token_share_by_rung={str(5 + r): 0.6},
                           loss_share_first_by_rung=None, loss_share_last_by_rung={str(5 + r): 0.5}, updates=3,
                           deliberation_flops=1e11, distillation_flops=2e11))
@@ -42,3 +43,5 @@ def test_endpoint_kept_and_trend_by_hand(tmp_path, capsys):
         slopes.append((y[2] - y[0]) / 2)  # three equally spaced points: the slope is (last - first) / 2
     assert " / ".join(f"{s:+.3f}" for s in slopes) in text
     assert "| climb | 2 | 7 | 10 | 8 | 7: 8, 2: 8 | 0.60 / 0.00 / 0.50 | 3 | 1.00e+11 | 2.00e+11 |" in text
+    # validation: round 1's rung-2 mean over the seeds' 0.2, 0.3, 0.1 and its vote 0.1
+    assert "| climb | 1 | 3 | 1.00e+12 | 0.20 |" in text and "| rung 7: 0.10 |" in text

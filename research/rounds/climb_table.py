@@ -8,7 +8,7 @@ Each argument is ARM=GLOB (one run directory per seed). Printed: greedy step-val
 every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 after round 2) and goal rows; rungs
 2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
 the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's
-labels, mix, loss shares and FLOPs.
+labels, mix, loss shares and FLOPs; and the runs' own validation rows (every round a run reached, tested or not).
 """
 
 import glob
@@ -79,7 +79,8 @@ def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
 
 
 def kept_table(arms, rungs=("2", "3", "4", "5", "6")):
-    print("\nRungs 2-6 after each round minus round 0, greedy on test, paired by seed (kept: within 0.05)\n")
+    print("\nRungs 2-6 after each round minus round 0, greedy on test, paired by seed (a rung is kept while the "
+          "difference stays above -0.05)\n")
     print("| arm | round | " + " | ".join(f"rung {k}" for k in rungs) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in rungs) + " |")
     for arm, seeds in arms.items():
@@ -120,6 +121,21 @@ def reach_table(arms):
                       f"{cell([t['reach'][k]['pass_at_k'] for t in tests])} (k={tests[0]['reach_samples']}) | {top} |")
 
 
+def val_table(arms):
+    print("\nValidation, as each run evaluated itself after every round (greedy per rung on its --val-limit first "
+          "problems of each rung; the vote at the next rung), mean of the seeds that reached the round\n")
+    print("| arm | round | seeds | FLOPs (mean) | " + " | ".join(f"rung {k}" for k in RUNGS) + " | vote at the next rung |")
+    print("| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in RUNGS) + " | --- |")
+    for arm, seeds in arms.items():
+        for r in sorted(set.union(*(set(c) for c, _ in seeds))):
+            rows = [climb[r] for climb, _ in seeds if r in climb]
+            cells = [f"{np.mean([x['fast_by_rung'][k] for x in rows]):.2f}" for k in RUNGS]
+            vote = f"rung {rows[0]['vote_rung']}: {np.mean([x['vote_accuracy'] for x in rows]):.2f}" \
+                if rows[0].get("vote_rung") else "-"
+            print(f"| {arm} | {r} | {len(rows)} | {np.mean([x['cumulative_flops'] for x in rows]):.2e} | "
+                  + " | ".join(cells) + f" | {vote} |")
+
+
 def rounds_table(arms):
     print("\nEach round: problems labelled and solved (mean), traces per rung in the mix (seed 1 of the arm), the new "
           "rung's share of the mix's tokens and of its loss before the first / after the last update, updates, "
@@ -155,6 +171,7 @@ def main(argv=None):
     trend_table(arms)
     reach_table(arms)
     rounds_table(arms)
+    val_table(arms)
 
 
 if __name__ == "__main__":
