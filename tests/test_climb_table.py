@@ -42,6 +42,6 @@ def test_endpoint_kept_and_trend_by_hand(tmp_path, capsys):
         y = [means[0], means[1], means[2] + (end - means[2]) / 9]
         slopes.append((y[2] - y[0]) / 2)  # three equally spaced points: the slope is (last - first) / 2
     assert " / ".join(f"{s:+.3f}" for s in slopes) in text
-    assert "| climb | 2 | 7 | 10 | 8 | 7: 8, 2: 8 | 0.60 / 0.00 / 0.50 | 3 | 1.00e+11 | 2.00e+11 |" in text
+    assert "| climb | 2 | 7 | 10 | 8 | 7: 8, 2: 8 | 0.60 / - / 0.50 | 3 | 1.00e+11 | 2.00e+11 |" in text
     # validation: round 1's rung-2 mean over the seeds' 0.2, 0.3, 0.1 and its vote 0.1
     assert "| climb | 1 | 3 | 1.00e+12 | 0.20 |" in text and "| rung 7: 0.10 |" in text
