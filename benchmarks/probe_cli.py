@@ -269,6 +269,7 @@ def probes():
         P("research/bands/bands.py", ["compare", "--help"], "help"),
         P("research/bands/bands.py", ["table", "--help"], "help"),
         P("research/rounds/rounds.py", ["--help"], "help"), P("research/rounds/climb.py", ["--help"], "help"),
+        P("research/rounds/climb_table.py", ["--help"], "help"),
         P("research/rounds/rounds.py", TINY + ["--help"], "help", check=val_default_tiny),
         P("research/rounds/rounds_table.py", ["--help"], "help"),
         P("research/report.py", ["--help"], "help"),
