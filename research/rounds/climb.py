@@ -3,6 +3,7 @@ The climb (issue #57): System 2 labels one new rung a round, System 1 learns it 
 
     python research/rounds/climb.py --out runs/climb/s0                          # rungs 6 -> 10 from tiny-ladder
     python research/rounds/climb.py --start runs/r49/hold-s0/round_10 --out runs/climb/hold-s0   # another start
+    python research/rounds/climb.py --test --out runs/climb/s0                   # once, on the test splits
 
 Round r (1, 2, ...) targets rung k = --start-rung + r - 1 (6, 7, 8, 9, 10 by default), from pi_{r-1} (pi_0 =
 --start, saved as round_0/):
@@ -25,6 +26,12 @@ the first and after the last update, updates, FLOPs of labelling and of distilla
 rounds.py counts them), per-rung fast accuracy and the vote. --resume: a round is complete once its row is in
 climb.jsonl; an incomplete round is redone (its labelling records, written by a policy already on disk, are
 reused), so the result equals an uninterrupted run.
+
+The controls and the baseline change one step: --labels generator labels every problem with the generator's own
+worked chain (what perfect labels give, at no deliberation cost); --learner drgrpo skips labelling and runs
+--rl-steps of Dr. GRPO (train_rl.train) on the round's problems beside --replay-ratio as many earlier-rung
+problems, the first --dense-steps paying reward.prefix_credit. --test evaluates every complete round's checkpoint
+once on the test splits (test.jsonl; research/rounds/climb_table.py makes the tables).
 """
 
 import collections
