@@ -142,9 +142,9 @@ class ClimbConfig:
 
 def check_config(cfg):
     cli.check_fields(cfg)
-    if cfg.learner == "drgrpo" and cfg.dense_steps >= cfg.rl_steps:
-        raise ValueError(f"--dense-steps {cfg.dense_steps} must be below --rl-steps {cfg.rl_steps}")
     if cfg.learner == "drgrpo":  # train_rl's own checks, now rather than after round 0 is written
+        if cfg.dense_steps >= cfg.rl_steps:
+            raise ValueError(f"--dense-steps {cfg.dense_steps} must be below --rl-steps {cfg.rl_steps}")
         try:
             T.check_config(rl_config(cfg, "pool.jsonl", "tiny_ladder_val", cfg.start, "rl", cfg.rl_steps, 0,
                                      cfg.prefix_credit))
@@ -177,6 +177,13 @@ def split_of(rung, which):
 def fresh_problems(pool, rung, n, used):
     """The first n rows of the rung in pool (a split's rows, in order) that no earlier round used."""
     return [p for p in pool if p["level"] == rung and p["id"] not in used][:n]
+
+
+def write_labelled_ids(round_dir, problems):
+    """The round's problems as id rows, where no System 2 records them (the generator labels, the Dr. GRPO
+    baseline): used_ids reads them, so later rounds take fresh problems."""
+    (round_dir / "label").mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])
 
 
 def used_ids(out, r):
@@ -255,17 +262,12 @@ def distil(policy, rows, cfg, r, device, pad_id):
     return losses, trained
 
 
-@torch.no_grad()
 def rung_nll(policy, rows_by_rung, cfg, device, pad_id):
     """{rung: mean NLL per target token} over the first --loss-probe rows of each rung."""
     out = {}
     for rung, rows in rows_by_rung.items():
-        total, count = 0.0, 0
-        for batch in T.micro_batches(rows[:cfg.loss_probe], cfg.micro_batch_tokens):
-            ids, mask = T.sequence_tensors(batch, pad_id, device)
-            logp, _ = M.token_logprobs(policy, ids)
-            total, count = total - float((logp.float() * mask).sum()), count + int(mask.sum())
-        out[rung] = total / max(count, 1)
+        nll, _, count = R.completion_sums(policy, rows[:cfg.loss_probe], pad_id, device, cfg.micro_batch_tokens)
+        out[rung] = nll / max(count, 1)
     return out
 
 
@@ -312,8 +314,7 @@ def rl_learn(r, cfg, out, train, problems, tokenizer, device):
     """The baseline's round r: Dr. GRPO on its fresh problems beside --replay-ratio as many problems of the earlier
     rungs (the ladder's rungs below --start-rung and earlier rounds' problems); pi_r saved; the row's fields."""
     rung, round_dir = cfg.start_rung + r - 1, out / f"round_{r}"
-    (round_dir / "label").mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])  # for used_ids
+    write_labelled_ids(round_dir, problems)
     used = used_ids(out, r)
     earlier = by_rung([p for p in train[SPLITS[0][1]] if p["level"] < cfg.start_rung] +
                       [p for rows in train.values() for p in rows if p["id"] in used])
@@ -331,6 +332,11 @@ def rl_learn(r, cfg, out, train, problems, tokenizer, device):
 # 3. Evaluate: fast per rung, the decomposed vote at the next rung
 
 
+def per_rung(summary):
+    """{rung: accuracy} of an evaluation summary grouped by level, in rung order."""
+    return dict(sorted(R.per_group(summary).items(), key=lambda kv: int(kv[0])))
+
+
 def evaluate(sampler, tokenizer, val_by_rung, cfg, eval_dir, vote_rung):
     """The row's evaluation fields: greedy step-valid accuracy per rung (evaluate.evaluate, grader steps) and the
     decomposed majority vote over --samples at vote_rung (rounds.decompose), when the ladder has it."""
@@ -339,7 +345,7 @@ def evaluate(sampler, tokenizer, val_by_rung, cfg, eval_dir, vote_rung):
                          grader="steps", group_by="level", out_dir=eval_dir / "fast",
                          dataset="+".join(s[2] for s in SPLITS))
     row = dict(fast_accuracy=fast["accuracy"], fast_n=fast["n"],
-               fast_by_rung=dict(sorted(R.per_group(fast).items(), key=lambda kv: int(kv[0]))),
+               fast_by_rung=per_rung(fast),
                eval_flops=fast["inference_flops"], vote_rung=None, vote_accuracy=None, vote_pass_at_k=None, vote_n=0)
     if vote_rung in val_by_rung:
         _, vote = R.decompose(sampler, tokenizer, val_by_rung[vote_rung], rounds_view(cfg), eval_dir / "vote", cfg.seed,
@@ -370,11 +376,9 @@ def reach(sampler, tokenizer, rows, cfg, out_dir):
     return out
 
 
-def test_round(r, cfg, out, tokenizer, device):
-    """Round r's test row: greedy per rung 2-10 on every test problem, the decomposed vote per rung on the first
-    --test-vote-limit, and reach at the round's rung and one above on the first --reach-limit."""
-    test = [p for s in SPLITS for p in P.load_problems(s[3])]
-    test_by_rung = {k: [p for p in test if p["level"] == k] for k in RUNGS}
+def test_round(r, cfg, out, test_by_rung, tokenizer, device):
+    """Round r's test row: greedy per rung 2-10 on every test problem ({rung: rows}), the decomposed vote per rung
+    on the first --test-vote-limit, and reach at the round's rung and one above on the first --reach-limit."""
     limit = cfg.test_limit or None
     _, sampler = R.load_policy(out / f"round_{r}", device)
     test_dir = out / f"round_{r}" / "test"
@@ -385,9 +389,8 @@ def test_round(r, cfg, out, tokenizer, device):
                           rounds_view(cfg), test_dir / "vote", cfg.seed, cfg.samples, "+".join(s[3] for s in SPLITS))
     rung = cfg.start_rung + r - 1
     near = [p for k in (rung, rung + 1) if k in test_by_rung for p in test_by_rung[k][:cfg.reach_limit]]
-    by_level = lambda summary: dict(sorted(R.per_group(summary).items(), key=lambda kv: int(kv[0])))  # noqa: E731
-    return dict(round=r, rung=rung if r else None, fast_by_rung=by_level(fast), fast_n=fast["n"],
-                vote_by_rung=by_level(vote), vote_n=vote["n"], samples=cfg.samples, test_limit=cfg.test_limit,
+    return dict(round=r, rung=rung if r else None, fast_by_rung=per_rung(fast), fast_n=fast["n"],
+                vote_by_rung=per_rung(vote), vote_n=vote["n"], samples=cfg.samples, test_limit=cfg.test_limit,
                 test_vote_limit=cfg.test_vote_limit,
                 reach=reach(sampler, tokenizer, near, cfg, test_dir / "reach") if near else {},
                 reach_samples=cfg.reach_samples,
@@ -405,9 +408,11 @@ def run_test(cfg):
                                   **{k: getattr(cfg, k) for k in (*TEST_FLAGS[1:], "device", "threads")})
     done = {row["round"] for row in runs.read_log(out / "test.jsonl", repair=True)}
     tokenizer, device = checkpoint.load_tokenizer(out / "round_0"), cfg.device or M.default_device()
+    test_rows = [p for s in SPLITS for p in P.load_problems(s[3])]
+    test_by_rung = {k: [p for p in test_rows if p["level"] == k] for k in RUNGS}
     for row in runs.read_log(out / "climb.jsonl", repair=True):
         if row["round"] not in done:
-            test = test_round(row["round"], run_cfg, out, tokenizer, device)
+            test = test_round(row["round"], run_cfg, out, test_by_rung, tokenizer, device)
             E.append_records(out / "test.jsonl", [test])
             fast, vote = (" ".join(f"{k}:{v:.2f}" for k, v in test[f].items()) for f in ("fast_by_rung",
                                                                                           "vote_by_rung"))
@@ -445,17 +450,16 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     t0, rung, round_dir = time.time(), cfg.start_rung + r - 1, out / f"round_{r}"
     shutil.rmtree(round_dir / "eval", ignore_errors=True)  # what pi_r made before an interruption is redone
     (round_dir / "model.safetensors").unlink(missing_ok=True)
-    policy, sampler = R.load_policy(out / f"round_{r - 1}", device)  # pi_{r-1}: labels (sampler), then is distilled
     view, split = rounds_view(cfg), split_of(rung, 1)
     problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r))
     if not problems:
         raise ValueError(f"round {r}: {split} has no unused problem of rung {rung}")
-    if cfg.learner == "drgrpo":  # the baseline: no labels; its System 1 learns the rung by RL
+    if cfg.learner == "drgrpo":  # the baseline: no labels; its System 1 learns the rung by RL (from disk)
         row = rl_learn(r, cfg, out, train, problems, tokenizer, device)
         return finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0)
+    policy, sampler = R.load_policy(out / f"round_{r - 1}", device)  # pi_{r-1}: labels (sampler), then is distilled
     if cfg.labels == "generator":  # the control: every problem labelled, by the generator, at no deliberation cost
-        (round_dir / "label").mkdir(parents=True, exist_ok=True)
-        runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])  # for used_ids
+        write_labelled_ids(round_dir, problems)
         new, label = worked_traces(problems, tokenizer, r, "generator"), dict(samples_total=0, inference_flops=0.0)
         solved = len(problems)
     else:

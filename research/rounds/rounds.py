@@ -521,16 +521,23 @@ def evaluate_modes(policy, tokenizer, problems, cfg, out_dir, dataset):
 
 
 @torch.no_grad()
+@torch.no_grad()
+def completion_sums(policy, rows, pad_id, device, micro_batch_tokens):
+    """(summed NLL, summed entropy, token count) of the policy over rows' completion tokens (train_rl.Example rows)."""
+    nll, entropy, count = 0.0, 0.0, 0
+    for batch in T.micro_batches(rows, micro_batch_tokens):
+        ids, mask = T.sequence_tensors(batch, pad_id, device)
+        logp, ent = M.token_logprobs(policy, ids)
+        nll, entropy = nll - float((logp.float() * mask).sum()), entropy + float((ent.float() * mask).sum())
+        count += int(mask.sum())
+    return nll, entropy, count
+
+
 def greedy_entropy(policy, tokenizer, problems_by_id, records, template, device, micro_batch_tokens=4096):
     """Mean per-token entropy (nats) of the policy's next-token distribution along its own greedy answers."""
     rows = trace_rows([dict(id=r["id"], response=r["response"]) for r in records], problems_by_id, tokenizer, template)
-    total, count = 0.0, 0
-    for batch in T.micro_batches(rows, micro_batch_tokens):
-        ids, mask = T.sequence_tensors(batch, tokenizer.pad_id, device)
-        _, entropy = M.token_logprobs(policy, ids)
-        total += float((entropy.float() * mask).sum())
-        count += int(mask.sum())
-    return total / max(count, 1)
+    _, entropy, count = completion_sums(policy, rows, tokenizer.pad_id, device, micro_batch_tokens)
+    return entropy / max(count, 1)
 
 
 def per_group(summary):
