@@ -521,7 +521,6 @@ def evaluate_modes(policy, tokenizer, problems, cfg, out_dir, dataset):
 
 
 @torch.no_grad()
-@torch.no_grad()
 def completion_sums(policy, rows, pad_id, device, micro_batch_tokens):
     """(summed NLL, summed entropy, token count) of the policy over rows' completion tokens (train_rl.Example rows)."""
     nll, entropy, count = 0.0, 0.0, 0
@@ -533,6 +532,7 @@ def completion_sums(policy, rows, pad_id, device, micro_batch_tokens):
     return nll, entropy, count
 
 
+@torch.no_grad()
 def greedy_entropy(policy, tokenizer, problems_by_id, records, template, device, micro_batch_tokens=4096):
     """Mean per-token entropy (nats) of the policy's next-token distribution along its own greedy answers."""
     rows = trace_rows([dict(id=r["id"], response=r["response"]) for r in records], problems_by_id, tokenizer, template)
