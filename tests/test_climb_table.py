@@ -45,3 +45,25 @@ def test_endpoint_kept_and_trend_by_hand(tmp_path, capsys):
     assert "| climb | 2 | 7 | 10 | 8 | 7: 8, 2: 8 | 0.60 / - / 0.50 | 3 | 1.00e+11 | 2.00e+11 |" in text
     # validation: round 1's rung-2 mean over the seeds' 0.2, 0.3, 0.1 and its vote 0.1
     assert "| climb | 1 | 3 | 1.00e+12 | 0.20 |" in text and "| rung 7: 0.10 |" in text
+
+
+def test_moonshot_on_the_mean_and_seed_by_seed_by_hand(tmp_path, capsys):
+    # seed 0 misses (rung 9 at 0.45), seed 1 meets it; the means (rung 10 0.45, rung 9 0.525) meet it
+    for i, (top, nine) in enumerate([(0.4, 0.45), (0.5, 0.6)]):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        rows = []
+        for r in range(6):
+            fast = {str(k): 0.7 for k in range(2, 11)}
+            fast.update({"9": nine, "10": top} if r == 5 else {})
+            rows.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=fast, reach={}, reach_samples=64,
+                             vote_by_rung={str(k): 0.1 * (k - 6) + 0.1 * i for k in range(2, 11)}))
+        runs.write_jsonl(d / "test.jsonl", rows)
+        runs.write_jsonl(d / "climb.jsonl", [])
+    CT.moonshot_table(CT.load([f"climb={tmp_path}/s?"]))
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    # rung 10 over 0.4, 0.5: t(0.975, 1 df) = 12.706 x sd 0.0707 / sqrt(2) = 0.635
+    assert row.startswith("| climb | 2 | 0.45 [-0.19, 1.09] | 0.53 [") and "(rung 9) | yes, 1 of 2 seeds |" in row
+    assert "0.40 / 0.45 (9) ; 0.50 / 0.60 (9)" in row
+    # after round r the next rung is 6 + r; its vote is 0.1 r (seed 0) and 0.1 r + 0.1 (seed 1): mean 0.1 r + 0.05
+    assert row.endswith("| 0.05 / 0.15 / 0.25 / 0.35 / 0.45 |")

@@ -5,7 +5,8 @@ the 95% Student t interval over them:
     python research/rounds/climb_table.py climb=runs/climb/main-s1? u45=runs/climb/u45-s1? generator=runs/climb/gen-s1?
 
 Each argument is ARM=GLOB (one run directory per seed). Printed: greedy step-valid accuracy per rung on test after
-every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 after round 2) and goal rows; rungs
+every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 after round 2) and goal rows; the
+moonshot (rung 10 after round 5, every earlier rung kept, and the vote at the next rung round by round); rungs
 2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
 the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's
 labels, mix, loss shares and FLOPs; and the runs' own validation rows (every round a run reached, tested or not).
@@ -76,6 +77,32 @@ def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
         met = "yes" if ci and mean >= 0.30 and ci[0] > 0.05 else "no"
         print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {met} | {cell(goal, 3)} | "
               f"{' / '.join(f'{x:.3f}' for x in end)} |")
+
+
+def moonshot_table(arms, rung=10, at_round=5):
+    """Issue #57's moonshot: rung 10 >= 0.30 after round 5 and every earlier rung still >= 0.50, on the mean of the
+    seeds and seed by seed; and the vote at the next rung after each round (a better System 1, a better System 2?)."""
+    print(f"\nThe moonshot: greedy rung {rung} on test after round {at_round} >= 0.30, every rung 2-{rung - 1} "
+          f">= 0.50 (met on the mean of the seeds; and seed by seed); the vote at the next rung after each round\n")
+    print(f"| arm | seeds | rung {rung} | lowest rung 2-{rung - 1} (mean) | met | per seed: rung {rung} / lowest "
+          f"(rung) | vote at the next rung, rounds 0-{at_round - 1} |")
+    print("| --- | ---: | ---: | ---: | --- | --- | --- |")
+    earlier = [str(k) for k in range(2, rung)]
+    for arm, seeds in arms.items():
+        if not all(r in test for _, test in seeds for r in range(at_round + 1)):
+            continue
+        last = [test[at_round]["fast_by_rung"] for _, test in seeds]
+        top = [x[str(rung)] for x in last]
+        means = {k: np.mean([x[k] for x in last]) for k in earlier}
+        low = min(earlier, key=means.get)
+        met = np.mean(top) >= 0.30 and means[low] >= 0.50
+        lows = [min(earlier, key=x.get) for x in last]
+        by_seed = " ; ".join(f"{x[str(rung)]:.2f} / {x[k]:.2f} ({k})" for x, k in zip(last, lows))
+        n_met = sum(x[str(rung)] >= 0.30 and x[k] >= 0.50 for x, k in zip(last, lows))
+        votes = " / ".join(f"{np.mean([test[r]['vote_by_rung'][str(rung - at_round + 1 + r)] for _, test in seeds]):.2f}"
+                           for r in range(at_round))
+        print(f"| {arm} | {len(seeds)} | {cell(top)} | {cell([x[low] for x in last])} (rung {low}) | "
+              f"{'yes' if met else 'no'}, {n_met} of {len(seeds)} seeds | {by_seed} | {votes} |")
 
 
 def kept_table(arms, rungs=("2", "3", "4", "5", "6")):
@@ -163,6 +190,7 @@ def main(argv=None):
         return
     arms = load(args)
     endpoint_table(arms)
+    moonshot_table(arms)
     per_rung_table(arms, "fast_by_rung", "Fast (greedy, step-valid) per rung on test, mean of the seeds; the round's "
                                          "rung and the mean with their 95% t interval")
     per_rung_table(arms, "vote_by_rung", "Deliberate (decomposed majority vote) per rung on the first test problems "
