@@ -339,6 +339,58 @@ def test_baseline_paired_table_by_hand(tmp_path, monkeypatch):
     assert cells[3].startswith("+0.500 [+0.000, +") and cells[4].startswith("+0.500 [")  # b and c: 2 of 4 problems
 
 
+def test_test_table_sets_the_last_round_beside_its_start_and_the_baseline_by_hand(tmp_path, monkeypatch):
+    """--test: the rounds run's own test records (its last round), the start and the baseline checkpoint at the last
+    round's FLOPs evaluated on the same test problems, means per rung and paired differences."""
+    table = load_rounds_table()
+    level = dict(a=2, b=2, c=3, d=3)
+
+    def write(root, fast, deliberate):  # root/{fast,deliberate}/records.jsonl
+        for mode, by_id in (("fast", fast), ("deliberate", deliberate)):
+            (root / mode).mkdir(parents=True)
+            (root / mode / "records.jsonl").write_text(
+                "".join(json.dumps(dict(id=i, correct=c, level=level[i])) + "\n" for i, c in by_id.items()))
+    start, none, every = dict(a=1, b=1, c=0, d=0), dict.fromkeys("abcd", 0), dict.fromkeys("abcd", 1)
+    last = [dict(a=1, b=0, c=1, d=1), dict(a=0, b=1, c=1, d=0)]  # seeds 0 and 1 after round 1
+    runs, bases = [], []
+    for s in (0, 1):
+        run = fake_rounds_run(tmp_path / f"rounds-s{s}", [0, 42], [start, start])
+        cfg = dict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", test_dataset="tiny_ladder_test",
+                                  eval_group_by="level", seed=s).__dict__)
+        (run / "config.json").write_text(json.dumps(cfg))
+        (run / "test.json").write_text(json.dumps(dict(round=1)))
+        write(run / "test", last[s], every)
+        base = tmp_path / f"base-s{s}"
+        (base / "checkpoints").mkdir(parents=True)
+        (base / "metrics.jsonl").write_text("".join(json.dumps(dict(step=n, flops=10.0 * n)) + "\n" for n in range(7)))
+        for n in (2, 4, 6):
+            (base / "checkpoints" / f"step_{n}").mkdir()
+        runs.append(run), bases.append(base)
+    evaluated = []
+
+    def fake_test_evaluation(model, out, config):  # the start and the baseline both answer a and b
+        assert config["test_dataset"] == "tiny_ladder_test"
+        evaluated.append(Path(model).name)
+        write(Path(out) / "round_0" / "eval", start, none)
+    monkeypatch.setattr(table, "test_evaluation", fake_test_evaluation)
+    lines = table.test_table(runs, bases).splitlines()
+    assert evaluated == ["tiny", "tiny", "step_4", "step_4"]  # step 4 (40 FLOPs) is the nearest to round 1's 42
+    assert lines[0] == "2 seeds x 4 test problems"
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ")}
+    assert rows["start"][1:4] == ["0.00e+00", "-", "0.500 [0.50, 0.50]"] and rows["start"][5:] == ["1.00", "0.00 |"]
+    assert rows["round 1"][1] == "4.20e+01" and rows["round 1"][4].startswith("1.000")
+    assert rows["round 1"][3].startswith("0.625 [") and rows["round 1"][5:] == ["0.50", "0.75 |"]  # by seed: 3/4, 2/4
+    assert rows["Dr. GRPO"][1:3] == ["4.00e+01", "4 / 4"]
+    # per problem, the mean over seeds of round 1 - start: a -0.5, b -0.5, c 1, d 0.5
+    diff = rows["round 1 - start"]
+    assert [float(x.split()[0]) for x in diff[1:5]] == [0.125, -0.5, 0.75, 1.0]
+    assert rows["Dr. GRPO - start"][1].startswith("+0.000 [+0.000, +0.000]")
+    assert rows["round 1 - Dr. GRPO"][1:] == diff[1:]
+    (runs[1] / "test.json").write_text(json.dumps(dict(round=2)))
+    with pytest.raises(ValueError, match="same last round"):
+        table.test_table(runs, bases)
+
+
 def test_compute_table_averages_the_runs_by_hand(tmp_path):
     table = load_rounds_table()
     runs = []

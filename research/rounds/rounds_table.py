@@ -12,6 +12,7 @@ ordinary RLVR baseline beside them at equal FLOPs.
     python research/rounds/rounds_table.py runs/rounds/rat-s? --sources 6   # rung 6: traces per source, fast accuracy
     python research/rounds/rounds_table.py runs/rounds/hold-s? --versus runs/rounds/best-s?   # one arm minus another
     python research/rounds/rounds_table.py runs/rounds/hold-s? --compute     # samples, tokens and FLOPs per round
+    python research/rounds/rounds_table.py runs/r49/best-s? --baseline runs/r49/gr-s? --test   # the test split, once
 
 With --baseline (train_rl.py run directories, one per seed, checkpoints saved every few steps) each rounds row
 r >= 1 is matched, seed by seed, with the baseline checkpoint whose cumulative FLOPs (rollouts + training, as
@@ -28,6 +29,11 @@ With --baseline too, each round minus the baseline checkpoint at its FLOPs, pair
 
 With --versus (another arm's rounds runs, one per seed), each round's difference between the two arms in both modes,
 paired in the same way, beside each arm's mean FLOPs.
+
+With --test, the test split rounds.py evaluated after the last round (test/), beside the start and the baseline
+checkpoint at the last round's FLOPs, both evaluated once by the same protocol on the same test problems (cached
+in <run>/rounds_eval/test-start-<seed> and <baseline>/rounds_eval/test-<hash>/step_N): means over seeds per mode
+and per group, and the paired differences (last round - start: what was kept; last round - baseline).
 
 With --after (train_rl.py runs started from each rounds run's last round, `--model <run>/round_N`), each
 checkpoint they all saved is evaluated as --baseline's are and set beside round N, with its paired rise over it.
@@ -107,12 +113,13 @@ def evaluate_with(model, out, rounds_config, **override):
     return rows_of(out)[0]
 
 
-def evaluation_dir(run_dir, step, rounds_config):
+def evaluation_dir(run_dir, step, rounds_config, split=""):
     """Where a train_rl checkpoint's evaluation by a rounds run's protocol is cached: per protocol (its settings'
-    hash), so rounds runs that evaluate differently (e.g. another temperature) never share an evaluation."""
+    hash), so rounds runs that evaluate differently (e.g. another temperature) never share an evaluation; the test
+    split's (split="test") apart from validation's."""
     import hashlib
     key = hashlib.sha1(json.dumps({k: rounds_config[k] for k in EVAL_FLAGS}, sort_keys=True).encode()).hexdigest()[:8]
-    return Path(run_dir) / "rounds_eval" / key / f"step_{step}"
+    return Path(run_dir) / "rounds_eval" / (f"{split}-{key}" if split else key) / f"step_{step}"
 
 
 def evaluate_checkpoint(run_dir, step, rounds_config):
@@ -186,10 +193,16 @@ def mean_table(rounds_dirs, baseline_dirs=()):
 # Round-to-round rises, paired over the same problems
 
 
-def correct_by_id(run_dir, r, mode):
+def correct_in(records_path, group_by=None):
+    """{problem id: correct} of one records file; with group_by, {problem id: its group} too."""
     import evaluate as E
-    return {x["id"]: bool(x["correct"]) for x in E.read_records(Path(run_dir) / f"round_{r}" / "eval" / mode /
-                                                                  "records.jsonl")[0]}
+    records = E.read_records(records_path)[0]
+    correct = {x["id"]: bool(x["correct"]) for x in records}
+    return (correct, {x["id"]: str(x.get(group_by)) for x in records}) if group_by else correct
+
+
+def correct_by_id(run_dir, r, mode):
+    return correct_in(Path(run_dir) / f"round_{r}" / "eval" / mode / "records.jsonl")
 
 
 def paired_rise(before, after, n_boot=10_000, seed=0):
@@ -260,6 +273,76 @@ def baseline_paired_table(rounds_dirs, baseline_dirs):
                          f"{mean([flops for _, flops in at]):.2e}", " / ".join(str(step) for step, _ in at),
                  *[rise_cell([correct_by_id(d, 0, mode) for d in dirs], [correct_by_id(d, r, mode) for d in rounds_dirs])
                    for mode in ("fast", "deliberate")]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["* the interval is above 0"])
+
+
+# -----------------------------------------------------------------------------
+# The held-out test split: the start, the last round and the baseline at its FLOPs, each evaluated once
+
+
+def test_evaluation(model, out, rounds_config):
+    """Row 0 of `model` evaluated by the rounds run's protocol on its test split (rounds.py's --test-dataset and
+    --test-limit in place of the validation set), cached in `out`: the same problems and settings rounds.py's own
+    test evaluation of the last round used."""
+    return evaluate_with(model, out, rounds_config, val_dataset=rounds_config["test_dataset"],
+                         val_limit=rounds_config["test_limit"])
+
+
+def test_table(rounds_dirs, baseline_dirs=()):
+    """The test split, read once at the end of each rounds run (its test/, the last round) beside its start and,
+    with baseline_dirs, the baseline checkpoint nearest the last round's FLOPs (seed i against seed i), both
+    evaluated by the same protocol: each policy's mean over seeds per mode and per group, then the paired
+    differences over problems and seeds, overall and per group (is a rung kept? is the lead real?)."""
+    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    tested = [json.loads((Path(d) / "test.json").read_text())["round"] for d in rounds_dirs]
+    if len(set(tested)) > 1 or any(not c["test_dataset"] for c in configs):
+        raise ValueError(f"--test: each run needs its test.json from the same last round (rounds {tested})")
+    last, group_by = tested[0], configs[0]["eval_group_by"] or None
+    runs = [rows_of(d) for d in rounds_dirs]
+    starts = [Path(d) / "rounds_eval" / f"test-start-{c['seed']}" for d, c in zip(rounds_dirs, configs)]
+    for c, out in zip(configs, starts):
+        test_evaluation(c["model"], out, c)
+    # each policy: its FLOPs per seed, the baseline's steps, and per seed the directory holding {fast,deliberate}/
+    policies = [("start", [0.0] * len(runs), "-", [out / "round_0" / "eval" for out in starts]),
+                (f"round {last}", [rows[last]["cumulative_flops"] for rows in runs], "-",
+                 [Path(d) / "test" for d in rounds_dirs])]
+    if baseline_dirs:
+        at = baseline_at(runs, baseline_dirs, last)
+        if at is None:
+            raise ValueError(f"--test: no baseline checkpoint within {FLOPS_MATCH:.0%} of round {last}'s FLOPs")
+        outs = [evaluation_dir(base, step, c, "test") for base, c, (step, _) in zip(baseline_dirs, configs, at)]
+        for base, c, (step, _), out in zip(baseline_dirs, configs, at, outs):
+            test_evaluation(Path(base) / "checkpoints" / f"step_{step}", out, c)
+        policies.append(("Dr. GRPO", [flops for _, flops in at], " / ".join(str(step) for step, _ in at),
+                         [out / "round_0" / "eval" for out in outs]))
+    correct = {(name, mode): [correct_in(root / mode / "records.jsonl", group_by) for root in roots]
+               for name, _, _, roots in policies for mode in ("fast", "deliberate")}
+    by_group = correct["start", "fast"][0][1]
+    groups = list(dict.fromkeys(by_group.values()))
+
+    def only(seeds, g=None):  # [{id: correct}] per seed, the problems of group g (all when None)
+        return [{i: c for i, c in x.items() if g is None or by_group[i] == g} for x, _ in seeds]
+
+    k = configs[0]["eval_samples"] or configs[0]["samples"]
+    head = ["policy", "FLOPs (mean)", "baseline steps", "fast, mean [95% t]", f"deliberate@{k}",
+            *[f"fast rung {g}" for g in groups]]
+    lines = [f"{len(rounds_dirs)} seeds x {len(by_group)} test problems", "| " + " | ".join(head) + " |",
+             "| --- |" + " ---: |" * (len(head) - 1)]
+    for name, flops, steps, _ in policies:
+        acc = {g: [mean(list(x.values())) for x in only(correct[name, "fast"], g)] for g in [None, *groups]}
+        cells = [name, f"{mean(flops):.2e}", steps, mean_ci(acc[None]),
+                 mean_ci([mean(list(x.values())) for x in only(correct[name, "deliberate"])]),
+                 *[f"{mean(acc[g]):.2f}" for g in groups]]
+        lines.append("| " + " | ".join(cells) + " |")
+    pairs = [(f"round {last}", "start")]
+    pairs += [("Dr. GRPO", "start"), (f"round {last}", "Dr. GRPO")] if baseline_dirs else []
+    head = ["difference, paired [95% bootstrap]", "fast, all", *[f"fast rung {g}" for g in groups], "deliberate, all"]
+    lines += ["", "| " + " | ".join(head) + " |", "| --- |" + " --- |" * (len(head) - 1)]
+    for a, b in pairs:
+        cells = [f"{a} - {b}", *[rise_cell(only(correct[b, "fast"], g), only(correct[a, "fast"], g))
+                                 for g in [None, *groups]],
+                 rise_cell(only(correct[b, "deliberate"]), only(correct[a, "deliberate"]))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["* the interval is above 0"])
 
@@ -407,12 +490,17 @@ if __name__ == "__main__":
                     help="per round, the mean over the runs of samples, generated and training tokens and FLOPs")
     ap.add_argument("--after", nargs="+", default=None,
                     help="train_rl.py run directories continued from each rounds run's last round, one per run")
+    ap.add_argument("--test", action="store_true",
+                    help="the test split (test.json, the last round) beside the start and, with --baseline, the "
+                         "baseline at the last round's FLOPs, each evaluated once; paired differences per group")
     args = ap.parse_args()
     for flag, dirs in (("--baseline", args.baseline), ("--after", args.after), ("--versus", args.versus)):
         if dirs and len(dirs) != len(args.runs):
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
     try:  # a mispaired run, a stale cache, a missing file: one error line
-        if args.compute:
+        if args.test:
+            print(test_table(args.runs, args.baseline or ()))
+        elif args.compute:
             print(compute_table(args.runs))
         elif args.sources is not None:
             print(sources_table(args.runs, args.sources))
