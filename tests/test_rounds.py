@@ -339,7 +339,7 @@ def test_baseline_paired_table_by_hand(tmp_path, monkeypatch):
     assert cells[3].startswith("+0.500 [+0.000, +") and cells[4].startswith("+0.500 [")  # b and c: 2 of 4 problems
 
 
-def test_test_table_sets_the_last_round_beside_its_start_and_the_baseline_by_hand(tmp_path, monkeypatch):
+def test_held_out_table_sets_the_last_round_beside_its_start_and_the_baseline_by_hand(tmp_path, monkeypatch):
     """--test: the rounds run's own test records (its last round), the start and the baseline checkpoint at the last
     round's FLOPs evaluated on the same test problems, means per rung and paired differences."""
     table = load_rounds_table()
@@ -372,8 +372,8 @@ def test_test_table_sets_the_last_round_beside_its_start_and_the_baseline_by_han
         assert config["test_dataset"] == "tiny_ladder_test"
         evaluated.append(Path(model).name)
         write(Path(out) / "round_0" / "eval", start, none)
-    monkeypatch.setattr(table, "test_evaluation", fake_test_evaluation)
-    lines = table.test_table(runs, bases).splitlines()
+    monkeypatch.setattr(table, "evaluate_on_test", fake_test_evaluation)
+    lines = table.held_out_table(runs, bases).splitlines()
     assert evaluated == ["tiny", "tiny", "step_4", "step_4"]  # step 4 (40 FLOPs) is the nearest to round 1's 42
     assert lines[0] == "2 seeds x 4 test problems"
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ")}
@@ -388,7 +388,7 @@ def test_test_table_sets_the_last_round_beside_its_start_and_the_baseline_by_han
     assert rows["round 1 - Dr. GRPO"][1:] == diff[1:]
     (runs[1] / "test.json").write_text(json.dumps(dict(round=2)))
     with pytest.raises(ValueError, match="same last round"):
-        table.test_table(runs, bases)
+        table.held_out_table(runs, bases)
 
 
 def test_compute_table_averages_the_runs_by_hand(tmp_path):

@@ -281,7 +281,7 @@ def baseline_paired_table(rounds_dirs, baseline_dirs):
 # The held-out test split: the start, the last round and the baseline at its FLOPs, each evaluated once
 
 
-def test_evaluation(model, out, rounds_config):
+def evaluate_on_test(model, out, rounds_config):
     """Row 0 of `model` evaluated by the rounds run's protocol on its test split (rounds.py's --test-dataset and
     --test-limit in place of the validation set), cached in `out`: the same problems and settings rounds.py's own
     test evaluation of the last round used."""
@@ -289,7 +289,7 @@ def test_evaluation(model, out, rounds_config):
                          val_limit=rounds_config["test_limit"])
 
 
-def test_table(rounds_dirs, baseline_dirs=()):
+def held_out_table(rounds_dirs, baseline_dirs=()):
     """The test split, read once at the end of each rounds run (its test/, the last round) beside its start and,
     with baseline_dirs, the baseline checkpoint nearest the last round's FLOPs (seed i against seed i), both
     evaluated by the same protocol: each policy's mean over seeds per mode and per group, then the paired
@@ -302,7 +302,7 @@ def test_table(rounds_dirs, baseline_dirs=()):
     runs = [rows_of(d) for d in rounds_dirs]
     starts = [Path(d) / "rounds_eval" / f"test-start-{c['seed']}" for d, c in zip(rounds_dirs, configs)]
     for c, out in zip(configs, starts):
-        test_evaluation(c["model"], out, c)
+        evaluate_on_test(c["model"], out, c)
     # each policy: its FLOPs per seed, the baseline's steps, and per seed the directory holding {fast,deliberate}/
     policies = [("start", [0.0] * len(runs), "-", [out / "round_0" / "eval" for out in starts]),
                 (f"round {last}", [rows[last]["cumulative_flops"] for rows in runs], "-",
@@ -313,7 +313,7 @@ def test_table(rounds_dirs, baseline_dirs=()):
             raise ValueError(f"--test: no baseline checkpoint within {FLOPS_MATCH:.0%} of round {last}'s FLOPs")
         outs = [evaluation_dir(base, step, c, "test") for base, c, (step, _) in zip(baseline_dirs, configs, at)]
         for base, c, (step, _), out in zip(baseline_dirs, configs, at, outs):
-            test_evaluation(Path(base) / "checkpoints" / f"step_{step}", out, c)
+            evaluate_on_test(Path(base) / "checkpoints" / f"step_{step}", out, c)
         policies.append(("Dr. GRPO", [flops for _, flops in at], " / ".join(str(step) for step, _ in at),
                          [out / "round_0" / "eval" for out in outs]))
     correct = {(name, mode): [correct_in(root / mode / "records.jsonl", group_by) for root in roots]
@@ -499,7 +499,7 @@ if __name__ == "__main__":
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
     try:  # a mispaired run, a stale cache, a missing file: one error line
         if args.test:
-            print(test_table(args.runs, args.baseline or ()))
+            print(held_out_table(args.runs, args.baseline or ()))
         elif args.compute:
             print(compute_table(args.runs))
         elif args.sources is not None:
