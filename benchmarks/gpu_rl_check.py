@@ -14,8 +14,10 @@ shipped tokenizer), then train_rl.py and evaluate.py on it as a user's first rea
    case), continuous batching on and off: tokens/s, and the same records.
 3. --fsdp under torchrun with one process (two processes need two devices; tests/test_distributed.py runs two
    on the CPU with gloo).
-Each part runs as its own process; a part that fails is reported and the rest still run. The summary is printed
-and written to OUT/summary.json.
+Each part runs as its own process; a part that fails is reported and the rest still run. The random checkpoint
+stays in OUT for the next try; each try writes to a new folder OUT/try-N, prints its summary and writes it to
+OUT/try-N/summary.json, and deletes the weights it trained once it has compared them (a try at the real shape
+writes about 40 GB of them, and a device machine's disk holds 64 GiB).
 """
 
 import argparse
@@ -50,6 +52,12 @@ def steady(rows):
     return [{k: v for k, v in r.items() if "second" not in k and k != "peak_gpu_memory_gb"} for r in rows]
 
 
+def drop_weights(folder):
+    """Delete the weights this try wrote under folder, keeping its logs and metrics."""
+    for f in Path(folder).rglob("*.safetensors"):
+        f.unlink()
+
+
 def weights(path):
     from safetensors.torch import load_file
     return load_file(str(Path(path) / "model.safetensors"))
@@ -65,10 +73,12 @@ def main():
     import torch
     import checkpoint
     from model import Qwen3Config
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    py, summary = sys.executable, dict(device=args.device, quick=args.quick)
-    model = out / "qwen3-0.6b-random"
+    base = Path(args.out).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    model = base / "qwen3-0.6b-random"
+    out = base / f"try-{1 + len(list(base.glob('try-*')))}"
+    out.mkdir()  # a new folder: a rerun never meets (or deletes) an earlier try's runs
+    py, summary = sys.executable, dict(device=args.device, quick=args.quick, folder=str(out))
     config = Qwen3Config(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=16) if args.quick else Qwen3Config()
     t0 = time.time()
@@ -97,6 +107,7 @@ def main():
                                          and steady(metrics(out / "straight")) == steady(metrics(out / "split")))
     else:
         summary["resume_matches"] = f"not run to the end (exits {code2}, {code3})"
+    drop_weights(out / "straight"), drop_weights(out / "split")
     # 2. evaluation at the protocol's budget, continuous batching on and off
     limit, budget = ("8", "16") if args.quick else ("128", "2048")
     for mode in ("continuous", "no-continuous"):
@@ -123,6 +134,7 @@ def main():
         except subprocess.TimeoutExpired:
             code = "timeout"
     summary["fsdp_world_size_1"] = dict(exit=code, seconds=time.time() - t0)
+    drop_weights(out / "fsdp")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     ok = summary["train"]["exit"] == 0 and summary["resume_matches"] is True and \
