@@ -76,7 +76,7 @@ def main():
     base = Path(args.out).resolve()
     base.mkdir(parents=True, exist_ok=True)
     model = base / "qwen3-0.6b-random"
-    out = base / f"try-{1 + len(list(base.glob('try-*')))}"
+    out = base / f"try-{1 + max((int(p.name[4:]) for p in base.glob('try-*') if p.name[4:].isdigit()), default=0)}"
     out.mkdir()  # a new folder: a rerun never meets (or deletes) an earlier try's runs
     py, summary = sys.executable, dict(device=args.device, quick=args.quick, folder=str(out))
     config = Qwen3Config(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -107,7 +107,8 @@ def main():
                                          and steady(metrics(out / "straight")) == steady(metrics(out / "split")))
     else:
         summary["resume_matches"] = f"not run to the end (exits {code2}, {code3})"
-    drop_weights(out / "straight"), drop_weights(out / "split")
+    drop_weights(out / "straight")
+    drop_weights(out / "split")
     # 2. evaluation at the protocol's budget, continuous batching on and off
     limit, budget = ("8", "16") if args.quick else ("128", "2048")
     for mode in ("continuous", "no-continuous"):
