@@ -311,9 +311,10 @@ def held_out_table(rounds_dirs, baseline_dirs=()):
         at = baseline_at(runs, baseline_dirs, last)
         if at is None:
             raise ValueError(f"--test: no baseline checkpoint within {FLOPS_MATCH:.0%} of round {last}'s FLOPs")
-        outs = [evaluation_dir(base, step, c, "test") for base, c, (step, _) in zip(baseline_dirs, configs, at)]
-        for base, c, (step, _), out in zip(baseline_dirs, configs, at, outs):
-            evaluate_on_test(Path(base) / "checkpoints" / f"step_{step}", out, c)
+        outs = []
+        for base, c, (step, _) in zip(baseline_dirs, configs, at):
+            outs.append(evaluation_dir(base, step, c, "test"))
+            evaluate_on_test(Path(base) / "checkpoints" / f"step_{step}", outs[-1], c)
         policies.append(("Dr. GRPO", [flops for _, flops in at], " / ".join(str(step) for step, _ in at),
                          [out / "round_0" / "eval" for out in outs]))
     correct = {(name, mode): [correct_in(root / mode / "records.jsonl", group_by) for root in roots]
