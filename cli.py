@@ -187,6 +187,9 @@ def run_main(main, prog):
         interrupted = True  # from here to the process's end (atexit included) another signal changes nothing
         for s in (signal.SIGINT, signal.SIGTERM):  # or it would end us by the signal, not with this status
             signal.signal(s, signal.SIG_IGN)
+        if hasattr(e, "status"):  # a stop the run asked for (guards.Stop), after saving what Ctrl-C saves
+            print(f"\n{prog}: stopped: {e}", file=sys.stderr)
+            sys.exit(e.status)
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\n{prog}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         sys.exit(128 + signum)

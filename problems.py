@@ -223,13 +223,17 @@ def hinted(problem):
 
 def check_prompts_fit(named_sets, tokenizer, template, budget, context):
     """Every prompt of every (name, problems) set, plus the generation budget, fits the model's context: a problem
-    too long fails before anything is written, named, not mid-run."""
+    too long fails before anything is written, named, not mid-run. Returns each set's longest prompt in tokens."""
+    longest = []
     for name, rows in named_sets:
+        longest.append(0)
         for p in rows:
             n = len(encode_prompt(tokenizer, format_prompt(p["problem"], template), name, p))
             if n + budget > context:
                 raise ValueError(f"{name}: problem {p['id']!r} has a {n}-token prompt, which with a {budget}-token "
                                  f"budget exceeds the model's {context}-token context; drop it or lower the budget")
+            longest[-1] = max(longest[-1], n)
+    return longest
 
 
 def encode_prompt(tokenizer, text, name, problem):

@@ -43,8 +43,10 @@ import cli
 import curriculum
 import distributed as D
 import evaluate
+import guards
 import looped
 import lora
+import memory
 import objectives
 import problems
 import reward
@@ -53,8 +55,10 @@ import verify
 from curriculum import SelectionConfig
 from distributed import DistributedConfig
 from diversity import DiversityConfig, group_dispersion, group_diversity
+from guards import GuardConfig
 from looped import LoopConfig
 from lora import LoraConfig
+from memory import MemoryConfig
 from model import flops_per_token, token_logprobs
 from objectives import OBJECTIVES, ObjectiveConfig
 from reward import RewardConfig
@@ -79,7 +83,7 @@ class SpeedConfig:
 
 @dataclass
 class Config(RewardConfig, ObjectiveConfig, SelectionConfig, SpeedConfig, LoopConfig, LoraConfig, DistributedConfig,
-             DiversityConfig):
+             DiversityConfig, MemoryConfig, GuardConfig):
     """Every setting of a run. Its own fields are what every run uses; each option brings its flags from its own
     module (reward.py, objectives.py, curriculum.py, looped.py, lora.py, distributed.py, diversity.py)."""
     HELP_GROUPS = ("model and data", "sampling", "optimization", "run", "reward", "objective",
@@ -136,7 +140,7 @@ LADDER_DEFAULTS = dict(val_dataset="tiny_ladder_val", test_dataset="tiny_ladder_
                        max_new_tokens=128, grader="steps")
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "keep_checkpoints", "eval_every", "samples_per_step", "device", "out",
-             "fsdp", "compile", "dispersion_every"}
+             "fsdp", "compile", "dispersion_every"} | {f.name for c in (MemoryConfig, GuardConfig) for f in dataclasses.fields(c)}
 
 
 @dataclass
@@ -449,9 +453,10 @@ def train(cfg):
     model_config = checkpoint.read_config(model_dir)
     looped.parse_loop(cfg.loop, model_config.num_hidden_layers)
     tokenizer = checkpoint.load_tokenizer(cfg.model)
-    problems.check_prompts_fit([(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set),
+    longest, *_ = problems.check_prompts_fit([(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set),
                                 (cfg.test_dataset, test_set)], tokenizer, cfg.template,
                                max(cfg.max_new_tokens, cfg.eval_max_new_tokens), model_config.max_position_embeddings)
+    memory.plan_training(cfg, model_config, longest, device)  # printed before loading; a run that cannot fit stops
     torch.manual_seed(cfg.seed)
     policy = checkpoint.load_model(cfg.model, dtype=torch.float32, device=device)  # fp32 master weights; bad weights
     policy = looped.add_loop(policy, cfg.loop, cfg.loop_lora_rank)  # fail here, still before anything is written
@@ -496,6 +501,7 @@ def train(cfg):
     validate = functools.partial(evaluate_accuracy, sampler, tokenizer, val_set, cfg) if val_set else None
     # done: updates in the weights (logged: in the logs; saved: in checkpoints/); before: the data state before a step
     t_start, step, done, saved, before = time.time(), start_step, start_step, start_step, None
+    watch = guards.Guards(cfg)  # warns when a run goes bad; with --guard-stop it stops it as Ctrl-C does
     try:
         if pending:  # the step the checkpoint holds, logged as the straight run logs it
             eval_seconds = runs.log_step(run_dir, pending, validate, cfg.eval_every) or eval_seconds
@@ -511,6 +517,7 @@ def train(cfg):
             eval_seconds = runs.log_step(run_dir, pending, validate, cfg.eval_every) or eval_seconds
             logged = done
             runs.print_progress(metrics, cfg, time.time() - t_start, done - start_step, eval_seconds)
+            watch.watch(metrics)
             if cfg.save_every and done % cfg.save_every == 0 and done < cfg.steps:
                 runs.save_checkpoint(run_dir / "checkpoints" / f"step_{done}", policy, optimizer, tokenizer, done, cfg,
                                      selection)
