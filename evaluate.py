@@ -46,6 +46,7 @@ import checkpoint
 import cli
 import distributed as D
 import looped
+import memory
 import problems as P
 import reward
 import runs
@@ -509,7 +510,8 @@ data_arg, sampling_arg, run_arg = map(cli.arg_group, ("model and data", "protoco
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(memory.MemoryConfig):
+    HELP_GROUPS = ("model and data", "protocol", "run")  # the memory plan's flags after these
     model: str = data_arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, tiny, tiny-ladder, or a Hugging Face repo id")
     dataset: str = data_arg("math500", f"{', '.join(P.DATASETS)}, or a .jsonl path with 'problem' and 'answer'")
     limit: int | None = data_arg(None, "evaluate only the first N problems", range="[1, inf)")
@@ -607,9 +609,8 @@ def main(argv=None):
                                      cfg.group_by, cfg.grader)
     else:
         dtype = getattr(torch, cfg.dtype) if cfg.dtype else default_dtype(device)
+        memory.plan_evaluation(cfg, problems, tokenizer, device, dtype)  # prompts and memory that fit, before loading
         net = looped.add_loop(checkpoint.load_model(cfg.model, dtype=dtype, device=device), cfg.loop)
-        P.check_prompts_fit([(cfg.dataset, problems)], tokenizer, cfg.template, cfg.max_new_tokens,
-                            net.config.max_position_embeddings)  # a long or unencodable problem, named, before --out
         runs.claim(out, "eval", resume=True)  # held until this process ends
         print(f"evaluate.py: {cfg.model} on {cfg.dataset} ({len(problems)} problems), {cfg.max_new_tokens} new tokens, "
               + (f"{cfg.samples} samples at T {cfg.temperature:g}" if cfg.samples > 1 else "greedy")

@@ -25,12 +25,15 @@ checkpoint (the plan reads its config.json's layer passes).
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
 
+import checkpoint
 import cli
 import model
+import problems as P
 from model import count_parameters
 
 arg = cli.arg_group("memory plan")
@@ -169,9 +172,9 @@ def training_plan(cfg, c, prompt_tokens, device, world=1):
     shard = world if cfg.fsdp else 1
     n = count_parameters(c)
     trainable = lora_parameters(c, cfg.lora_rank) if cfg.lora_rank else n
+    weights = n + (trainable if cfg.lora_rank else 0)  # LoRA's adapters beside the frozen base
     kernels, row_len = model.use_kernels, prompt_tokens + cfg.max_new_tokens
-    parts = [Part("weights (fp32)", 4 * (n + (trainable if cfg.lora_rank else 0)) / shard,
-                  f"{count(n + (trainable if cfg.lora_rank else 0))} parameters" + f" / {shard} ranks" * (shard > 1),
+    parts = [Part("weights (fp32)", 4 * weights / shard, f"{count(weights)} parameters" + f" / {shard} ranks" * (shard > 1),
                   "--fsdp"),
              Part("gradients (fp32)", 4 * trainable / shard, f"{count(trainable)} trainable", "--fsdp or --lora-rank"),
              Part("AdamW moments (fp32)", 8 * trainable / shard, "two per trainable parameter", "--fsdp or --lora-rank")]
@@ -187,8 +190,7 @@ def training_plan(cfg, c, prompt_tokens, device, world=1):
     rows = math.ceil(cfg.problems_per_step * cfg.group_size / world)
     k = max(1, min(rows, cfg.micro_batch_tokens // row_len))
     tokens = k * (row_len - 1)  # token_logprobs reads ids[:, :-1]
-    autocast = cuda
-    gc = cfg.grad_checkpointing
+    autocast, gc = cuda, cfg.grad_checkpointing  # train_rl's update runs under bf16 autocast on CUDA
     parts.append(Part("activations", activation_bytes(c, tokens, kernels, autocast, gc),
                       f"{k} rows x {row_len} tokens" + (", checkpointed" if gc else
                       f"; {activation_bytes(c, tokens, kernels, autocast, True) / GiB:.2f} with --grad-checkpointing"),
@@ -258,5 +260,21 @@ def plan_training(cfg, c, prompt_tokens, device):
     total_memory = device_memory(device, cfg.device_memory_gb)
     where = f"{device}, per rank of {world}" + " under --fsdp" * cfg.fsdp if world > 1 else str(device)
     print(format_plan(parts, total_memory, where), flush=True)
+    check_plan(parts, total_memory, cfg.ignore_memory_plan)
+    return parts
+
+
+def plan_evaluation(cfg, problems, tokenizer, device, dtype):
+    """evaluate.py's one call before loading: every prompt fits the context (a long or unencodable problem is named),
+    and the plan for the weights, the cache and the batch, printed; stops when it cannot fit. cfg: evaluate.EvalConfig;
+    dtype: the weights' (torch.bfloat16 on a GPU by default)."""
+    c = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model))
+    longest, = P.check_prompts_fit([(cfg.dataset, problems)], tokenizer, cfg.template, cfg.max_new_tokens,
+                                   c.max_position_embeddings)
+    continuous = str(device).startswith("cuda") if cfg.continuous is None else cfg.continuous
+    parts = evaluation_plan(c, min(cfg.batch_size, len(problems)), cfg.samples, longest, cfg.max_new_tokens,
+                            dtype.itemsize, continuous)
+    total_memory = device_memory(device, cfg.device_memory_gb)
+    print(format_plan(parts, total_memory, str(device)), file=sys.stderr, flush=True)  # stdout holds the summary
     check_plan(parts, total_memory, cfg.ignore_memory_plan)
     return parts

@@ -230,3 +230,48 @@ def test_the_8b_shape_on_a_24gb_device_stops_with_one_line_before_loading(tmp_pa
     assert "exceeds the device's 24.0 GiB" in lines[0] and "AdamW moments" in lines[0] and "--fsdp" in lines[0]
     assert "memory plan (cpu, GiB)" in r.stdout and "total" in r.stdout
     assert not out.exists()  # nothing written, no weights opened (there are none)
+
+
+def test_evaluation_plan_by_hand_continuous_on_a_gpu_and_chunks_on_a_cpu():
+    gpu = {p.name: p.bytes for p in memory.evaluation_plan(QWEN3_0_6B, 64, 1, 300, 2048, 2, continuous=True)}
+    # 64 rows of 300 + 2 x 2048 slots (generate_slots' room), and a join copying up to 3/4 of them
+    assert gpu == {"weights (bf16)": 2 * N_0_6B, "KV cache": 1.75 * 64 * (300 + 4096) * (2 * 28 * 8 * 128 * 2),
+                   "decode logits": 64 * 151936 * (2 + 8)}
+    cpu = {p.name: p.bytes for p in memory.evaluation_plan(QWEN3_0_6B, 64, 1, 300, 2048, 4, continuous=False)}
+    slot = 2 * 28 * 8 * 128 * 4
+    assert 4 * GiB // slot // 2348 == 7 and cpu["KV cache"] == 7 * 2348 * slot  # 7 prompts a 4 GiB chunk
+
+
+def test_evaluate_stops_with_one_line_before_loading(tmp_path):
+    model_dir = shape_only_checkpoint(tmp_path / "qwen3-8b-shape", QWEN3_8B)
+    out = tmp_path / "eval"
+    r = subprocess.run([sys.executable, "evaluate.py", "--model", str(model_dir), "--device", "cpu", "--limit", "4",
+                        "--device-memory-gb", "24", "--threads", "1", "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("evaluate.py: error: memory plan: ")
+    assert "largest part is the weights (fp32)" in r.stderr and "memory plan (cpu, GiB)" in r.stderr
+    assert not (out / "records.jsonl").exists()
+
+
+# -----------------------------------------------------------------------------
+# The README's table: the plan of its recipes (the longest of the first 50 Algebra prompts is 176 tokens)
+
+README_RECIPES = [("0.6B, 1 GPU", QWEN3_0_6B, recipe(), 1), ("1.7B, 1 GPU", QWEN3_1_7B, recipe(), 1),
+                  ("8B, 1 GPU", QWEN3_8B, recipe(problems_per_step=64), 1),
+                  ("8B, 8 GPUs --fsdp --grad-checkpointing, per GPU", QWEN3_8B,
+                   recipe(fsdp=True, grad_checkpointing=True, problems_per_step=64), 8)]
+
+
+def readme_table():
+    plans = [parts(cfg, c, 176, "cuda", world) for _, c, cfg, world in README_RECIPES]
+    names = list(dict.fromkeys(name for p in plans for name in p))
+    lines = ["| GiB | " + " | ".join(r[0] for r in README_RECIPES) + " |", "|---" * (len(plans) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(f"{p[name] / GiB:.1f}" if name in p else "-" for p in plans) + " |"
+              for name in names]
+    return "\n".join(lines + ["| total | " + " | ".join(f"{sum(p.values()) / GiB:.1f}" for p in plans) + " |"])
+
+
+def test_the_readme_shows_the_plan_of_its_recipes():
+    table = readme_table()
+    assert table in (ROOT / "README.md").read_text(), f"README.md's memory plan table is now:\n{table}"
