@@ -80,3 +80,11 @@ def test_a_learning_rate_of_0_1_fires_three_guards_and_guard_stop_saves_a_checkp
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert (out / "checkpoints" / "step_3" / "model.safetensors").is_file() and not (out / "final").exists()
+
+
+def test_the_format_control_fires_the_accuracy_guard(tmp_path):
+    # --reward format pays any final \boxed{} answer, right or not: the policy learns bare answers and accuracy falls
+    r, out = train(tmp_path, "format", "--reward", "format", "--lr", "3e-3", "--no-skip-zero-advantage",
+                   "--problems-per-step", "4", "--steps", "4")
+    assert r.returncode == 0, r.stderr
+    assert "guard: step 4: accuracy 0 for 2 steps after having been above it" in r.stdout
