@@ -9,7 +9,8 @@
 #   4. bench_sample.py --throughput: nano-vllm- and RL-shaped workloads on Qwen3-0.6B widths, tokens/s and
 #      the fraction of the bandwidth roof, beside transformers' generate (issue #19's target: >= 22%);
 #   5. gpu_rl_check.py: a random-weight Qwen3-0.6B-Base checkpoint (offline), train_rl.py at the brief's shape
-#      (8 x 8, 512 tokens, 3 steps, bf16) with its time split, peak memory and an exact resume after step 2;
+#      (8 x 8, 512 tokens, 3 steps, bf16) with its time split, peak memory beside the memory plan it printed
+#      (memory.py; summary.json's train.memory_plan_gib, peak_gib, peak_over_plan) and an exact resume after step 2;
 #      evaluate.py on math500 --limit 128 at 2,048 tokens, continuous batching on and off; --fsdp on one process.
 # Each step under its own timeout, about 9 minutes in all. STEPS="2 5" reruns only those steps.
 # The logs go to $OUT (default runs/gpu_check) as 7 small files, because a device run brings back at most

@@ -7,7 +7,8 @@ shipped tokenizer), then train_rl.py and evaluate.py on it as a user's first rea
 
 1. train_rl.py --objective drgrpo: 8 MATH problems x 8 samples, 512 new tokens, 3 steps, --eval-every 0, bf16 on
    CUDA, every row trained (random weights earn no reward, so no group would have an advantage): seconds per step
-   split into sampling / grading / training, sampling tokens/s, peak GPU memory; and the
+   split into sampling / grading / training, sampling tokens/s, peak GPU memory beside the memory plan the run
+   printed (memory.py: each part and the total, and the measured peak over the planned total); and the
    same run killed after step 2 (a checkpoint there) and resumed to step 3, which must give the straight run's
    weights and metrics.
 2. evaluate.py on math500 --limit 128 at the protocol's 2,048 tokens (random weights write to the budget, the worst
@@ -46,6 +47,19 @@ def run(cmd, log, timeout):
 def metrics(run_dir):
     rows = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return [r for r in rows if "reward_mean" in r]
+
+
+def memory_plan(log):
+    """The memory plan train_rl.py printed before loading (memory.py), {part: GiB}: the first GPU run checks it against
+    the measured peak (torch.cuda.max_memory_allocated, the metrics' peak_gpu_memory_gb)."""
+    lines = Path(log).read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("memory plan")), None)
+    plan = {}
+    for line in lines[start + 1:] if start is not None else []:
+        if not line.startswith("  "):
+            break
+        plan[line[2:24].strip()] = float(line[24:32])
+    return plan
 
 
 def steady(rows):
@@ -99,6 +113,10 @@ def main():
             steps=[{k: r.get(k) for k in ("sampling_seconds", "verifying_seconds", "training_seconds",
                                           "tokens_per_second", "response_tokens_mean", "peak_gpu_memory_gb")}
                    for r in rows])
+        peaks = [r["peak_gpu_memory_gb"] for r in rows if "peak_gpu_memory_gb" in r]
+        plan = memory_plan(out / "train.log")
+        summary["train"].update(memory_plan_gib=plan, peak_gib=max(peaks) if peaks else None,
+                                peak_over_plan=max(peaks) / plan["total"] if peaks and plan.get("total") else None)
     code2, _ = run([*train, "--steps", "2", "--out", str(out / "split")], out / "split.log", args.timeout)
     code3, _ = run([*train, "--steps", "3", "--resume", "--out", str(out / "split")], out / "resume.log", args.timeout)
     if code == code2 == code3 == 0:

@@ -28,6 +28,8 @@ def test_gpu_check_runs_on_the_cpu_with_small_shapes_and_reruns(tmp_path):
     summary = json.loads((work / "rl" / "try-1" / "summary.json").read_text())
     assert summary["train"]["exit"] == 0 and len(summary["train"]["steps"]) == 3
     assert all(s["training_seconds"] > 0 and s["response_tokens_mean"] > 0 for s in summary["train"]["steps"])
+    plan = summary["train"]["memory_plan_gib"]  # the plan the run printed, recorded beside the GPU's peak (None here)
+    assert plan["total"] > 0 and {"weights (fp32)", "KV cache", "activations"} <= set(plan)
     assert summary["resume_matches"] is True and summary["eval_records_equal"] is True
     assert summary["eval_continuous"]["tokens"] == summary["eval_no-continuous"]["tokens"] > 0
     assert summary["fsdp_world_size_1"]["exit"] == 0
