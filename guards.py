@@ -63,10 +63,12 @@ def conditions(m, seen, cfg):
 def message(name, m, seen, cfg):
     """The warning line of a guard that fires, with the value, its threshold and the flag that sets it."""
     n = cfg.guard_steps
-    return {"truncation": f"truncation_rate {m['truncation_rate']:.2f} > {cfg.guard_truncation} for {n} steps: responses "
-                          f"hit the budget (raise --max-new-tokens, or see samples.jsonl for endless rollouts)",
-            "answers": f"the share with a final answer fell to {1 - m['format_failure_rate']:.2f} (< {cfg.guard_answers} x "
-                       f"its best {seen['answers']:.2f}) for {n} steps: the format is collapsing",
+    answers = 1 - m["format_failure_rate"]
+    return {"truncation": f"truncation_rate {m['truncation_rate']:.2f} > {cfg.guard_truncation} for {n} steps: "
+                          f"responses hit the budget (raise --max-new-tokens, or see samples.jsonl for endless "
+                          f"rollouts)",
+            "answers": f"the share with a final answer fell to {answers:.2f} (< {cfg.guard_answers} x its best "
+                       f"{seen['answers']:.2f}) for {n} steps: the format is collapsing",
             "entropy": f"entropy {m['entropy']:.3g} < {cfg.guard_entropy} x its first {seen.get('entropy', 0):.3g} for "
                        f"{n} steps: sampling collapsed (lower --lr)",
             "accuracy": f"accuracy 0 for {n} steps after having been above it: reward collapse (lower --lr, check the "

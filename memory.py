@@ -174,10 +174,12 @@ def training_plan(cfg, c, prompt_tokens, device, world=1):
     trainable = lora_parameters(c, cfg.lora_rank) if cfg.lora_rank else n
     weights = n + (trainable if cfg.lora_rank else 0)  # LoRA's adapters beside the frozen base
     kernels, row_len = model.use_kernels, prompt_tokens + cfg.max_new_tokens
-    parts = [Part("weights (fp32)", 4 * weights / shard, f"{count(weights)} parameters" + f" / {shard} ranks" * (shard > 1),
-                  "--fsdp"),
-             Part("gradients (fp32)", 4 * trainable / shard, f"{count(trainable)} trainable", "--fsdp or --lora-rank"),
-             Part("AdamW moments (fp32)", 8 * trainable / shard, "two per trainable parameter", "--fsdp or --lora-rank")]
+    per = f" / {shard} ranks" * (shard > 1)
+    parts = [Part("weights (fp32)", 4 * weights / shard, f"{count(weights)} parameters{per}", "--fsdp"),
+             Part("gradients (fp32)", 4 * trainable / shard, f"{count(trainable)} trainable{per}",
+                  "--fsdp or --lora-rank"),
+             Part("AdamW moments (fp32)", 8 * trainable / shard, f"two per trainable parameter{per}",
+                  "--fsdp or --lora-rank")]
     if cuda or cfg.fsdp:
         parts.append(Part(f"sampling copy ({'bf16' if cuda else 'fp32'})", (2 if cuda else 4) * n, "whole, every rank",
                           "a smaller --model"))

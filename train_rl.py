@@ -140,7 +140,8 @@ LADDER_DEFAULTS = dict(val_dataset="tiny_ladder_val", test_dataset="tiny_ladder_
                        max_new_tokens=128, grader="steps")
 # Settings that may change when a run is resumed; everything else must match the saved config.
 RESUMABLE = {"steps", "resume", "save_every", "keep_checkpoints", "eval_every", "samples_per_step", "device", "out",
-             "fsdp", "compile", "dispersion_every"} | {f.name for c in (MemoryConfig, GuardConfig) for f in dataclasses.fields(c)}
+             "fsdp", "compile", "dispersion_every"} | {
+                 f.name for c in (MemoryConfig, GuardConfig) for f in dataclasses.fields(c)}  # plan and guards: any
 
 
 @dataclass
@@ -453,9 +454,9 @@ def train(cfg):
     model_config = checkpoint.read_config(model_dir)
     looped.parse_loop(cfg.loop, model_config.num_hidden_layers)
     tokenizer = checkpoint.load_tokenizer(cfg.model)
-    longest, *_ = problems.check_prompts_fit([(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set),
-                                (cfg.test_dataset, test_set)], tokenizer, cfg.template,
-                               max(cfg.max_new_tokens, cfg.eval_max_new_tokens), model_config.max_position_embeddings)
+    longest, *_ = problems.check_prompts_fit(
+        [(cfg.dataset, train_set), (cfg.val_dataset or "validation", val_set), (cfg.test_dataset, test_set)], tokenizer,
+        cfg.template, max(cfg.max_new_tokens, cfg.eval_max_new_tokens), model_config.max_position_embeddings)
     memory.plan_training(cfg, model_config, longest, device)  # printed before loading; a run that cannot fit stops
     torch.manual_seed(cfg.seed)
     policy = checkpoint.load_model(cfg.model, dtype=torch.float32, device=device)  # fp32 master weights; bad weights

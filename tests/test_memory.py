@@ -275,3 +275,13 @@ def readme_table():
 def test_the_readme_shows_the_plan_of_its_recipes():
     table = readme_table()
     assert table in (ROOT / "README.md").read_text(), f"README.md's memory plan table is now:\n{table}"
+
+
+def test_ignore_memory_plan_goes_on_to_loading(tmp_path):
+    model_dir = shape_only_checkpoint(tmp_path / "qwen3-8b-shape", QWEN3_8B)
+    r = subprocess.run([sys.executable, "train_rl.py", "--model", str(model_dir), "--device", "cpu",
+                        "--device-memory-gb", "24", "--ignore-memory-plan", "--num-problems", "8", "--val-size", "0",
+                        "--threads", "1", "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 2 and "memory plan (cpu, GiB)" in r.stdout
+    assert "memory plan:" not in r.stderr and str(model_dir) in r.stderr  # it went on, to the missing weights
