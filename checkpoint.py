@@ -305,6 +305,12 @@ def save_tensors(tensors, path, metadata=None):
         if "No space" in str(e) or "StorageFull" in str(e) or "Quota" in str(e):
             raise OSError(28, "No space left on device", str(path)) from None
         raise
+    os.chmod(path, file_mode())  # the writer makes its files 0600; every other file of a run follows the umask
+
+
+def file_mode():
+    """The permissions a new file gets under this process's umask."""
+    return dir_mode() & 0o666
 
 
 def save_model(model, path, tokenizer=None):

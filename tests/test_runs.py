@@ -164,3 +164,21 @@ def test_a_full_disk_while_writing_final_is_one_line_naming_the_file(tmp_path, m
     assert line is not None and "final" in line and "no space left on device" in line and "\n" not in line
     assert not (tmp_path / "final").exists() and not (tmp_path / ".final.tmp").exists()
     assert cli.error_line(shutil.Error([("a", "b/c", "[Errno 28] No space left on device")])).startswith("b/c: [Errno 28]")
+
+
+def test_every_file_of_a_training_checkpoint_is_readable_as_the_umask_says(tmp_path):
+    """The trainer state's safetensors too (the writer makes it 0600): 0644 under umask 022, as its JSON."""
+    import torch
+    import train_rl as T
+    policy = checkpoint.load_model("tiny", device="cpu", dtype=torch.float32)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    policy(torch.tensor([[1, 2, 3]])).sum().backward()
+    optimizer.step()  # moments to save
+    old = os.umask(0o022)
+    try:
+        runs.save_checkpoint(tmp_path / "step_1", policy, optimizer, checkpoint.load_tokenizer("tiny"), 1, T.Config())
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "step_1").iterdir()}
+    assert modes == {name: 0o644 for name in ("config.json", "model.safetensors", "tokenizer.json",
+                                              "trainer_state.json", "trainer_state.safetensors")}
