@@ -135,6 +135,19 @@ def test_every_file_of_a_saved_checkpoint_is_readable_as_the_umask_says(tmp_path
     assert modes == {name: 0o666 & ~umask for name in ("config.json", "model.safetensors", "tokenizer.json")}
 
 
+def test_a_run_directory_or_a_missing_round_is_named_for_what_it_is(tmp_path, empty_hf_home, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text(json.dumps(dict(objective="drgrpo")))  # a run's, not a model's
+    with pytest.raises(FileNotFoundError, match="run: a run directory, not a model checkpoint; use its final/ or "
+                                                "checkpoints/step_N"):
+        checkpoint.load_model("run", device="cpu")
+    (tmp_path / "climb" / "round_0").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"climb/round_9: no such model directory .*climb/ is a local "
+                                                r"directory, so this is no Hugging Face repo id"):
+        checkpoint.load_model("climb/round_9", device="cpu")  # one slash, like a repo id: never sent to the hub
+
+
 def test_pickled_checkpoint_is_refused_never_unpickled(tmp_path, monkeypatch):
     save_hf(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
