@@ -16,6 +16,7 @@ from research.rounds import rounds as R
 import train_rl as T
 from conftest import make_char_model
 import checkpoint
+import runs
 import verify
 
 # A small run on the tiny world's 2-3 operation problems (the step grader works there too): fast enough for the
@@ -154,12 +155,20 @@ def test_rows_equal_their_recomputation_from_the_records(small_run):
             assert row[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), k
 
 
-def test_a_finished_run_extended_keeps_its_old_test_evaluation_beside_its_round(tmp_path):
+def test_a_finished_run_extended_keeps_its_old_test_evaluation_beside_its_round(tmp_path, monkeypatch):
     # --rounds raised on --resume: the held-out test of the old last round moves to round_0/, not mixed or lost
     out, few = tmp_path / "run", ["--num-problems", "8", "--test-dataset", "tiny_test", "--test-limit", "3"]
     R.main(SMALL + few + ["--rounds", "0", "--out", str(out)])
-    old = (out / "test.json").read_text()
+    old, first = (out / "test.json").read_text(), json.loads((out / "config.json").read_text())
+    monkeypatch.setattr(runs, "code_version", lambda: "another-commit")  # resumed under a later commit
     R.main(SMALL + few + ["--rounds", "1", "--out", str(out), "--resume"])
+    # config.json keeps the first run's settings and commit; the resume's commit and --rounds stand beside them
+    assert json.loads((out / "config.json").read_text()) == dict(first, resumes=[dict(code_version="another-commit",
+                                                                                      rounds=1)])
+    before = (out / "config.json").read_bytes()
+    with pytest.raises(ValueError, match="--rounds 0: the run in .* has completed 1 round"):
+        R.main(SMALL + few + ["--rounds", "0", "--out", str(out), "--resume"])  # would re-test round 0 as the last
+    assert (out / "config.json").read_bytes() == before
     assert (out / "round_0" / "test.json").read_text() == old and json.loads(old)["round"] == 0
     assert json.loads((out / "test.json").read_text())["round"] == 1
     for mode in ("fast", "deliberate"):

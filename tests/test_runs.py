@@ -182,3 +182,38 @@ def test_every_file_of_a_training_checkpoint_is_readable_as_the_umask_says(tmp_p
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "step_1").iterdir()}
     assert modes == {name: 0o644 for name in ("config.json", "model.safetensors", "tokenizer.json",
                                               "trainer_state.json", "trainer_state.safetensors")}
+
+
+def test_a_resume_keeps_the_first_config_and_records_another_commit_beside_it(tmp_path, monkeypatch):
+    path = tmp_path / "config.json"
+    monkeypatch.setattr(runs, "code_version", lambda: "aaa")
+    runs.write_config(path, dict(rounds=2, seed=0, device=""))
+    first = path.read_bytes()
+    runs.write_config(path, dict(rounds=2, seed=0, device=""), resume=True, resumable={"rounds", "device"})
+    assert path.read_bytes() == first  # the same commit and settings: nothing rewritten
+    monkeypatch.setattr(runs, "code_version", lambda: "bbb")
+    for _ in range(2):  # the second resume under bbb adds nothing new
+        runs.write_config(path, dict(rounds=4, seed=0, device=""), resume=True, resumable={"rounds", "device"})
+    assert json.loads(path.read_text()) == dict(rounds=2, seed=0, device="", code_version="aaa",
+                                                resumes=[dict(code_version="bbb", rounds=4)])
+
+
+def test_a_setting_newer_than_the_run_is_not_compared_and_the_value_it_goes_on_with_is_said(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(lr=1e-4, steps=10)))  # written before `loop` existed
+    runs.check_resume(path, dict(lr=1e-4, steps=10, loop="2:3:2"), resumable={"steps"})
+    assert capsys.readouterr().err.strip() == (f"note: --resume: {path} has no loop (a setting newer than the run); "
+                                               f"it goes on with --loop '2:3:2', this command's")
+    with pytest.raises(ValueError, match=r"\{'lr': \(0.0001, 0.5\)\}$"):  # only what it saved is quoted as saved
+        runs.check_resume(path, dict(lr=0.5, steps=10, loop=""), resumable={"steps"})
+
+
+def test_strict_read_refuses_a_torn_or_cut_file(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2')
+    assert runs.read_log(path) == [{"a": 1}]  # a log: the torn line is an interrupted append
+    with pytest.raises(ValueError, match="traces.jsonl:2: not a JSON object"):
+        runs.read_log(path, strict=True)  # a file written whole is never torn: it is damaged
+    path.write_text('{"a": 1}\n{"a": 2}')
+    with pytest.raises(ValueError, match="traces.jsonl:2: the last line has no newline"):
+        runs.read_log(path, strict=True)
