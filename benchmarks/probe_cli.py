@@ -54,6 +54,14 @@ EV = TINY + ["--limit", "2", "--max-new-tokens", "16"]
 BANDS = TINY + ["--dataset", "tiny_val", "--limit", "2", "-k", "2"]
 ROUNDS = TINY + ["--dataset", "tiny_ladder_train"]
 SEED20 = "12345678901234567890"
+# the research tools (issue #65): a two-round climb whose generator labels give every round traces (round 2 replays
+# round 1's), its --test, and a one-round rounds run whose policies rounds_table.py --temperature re-evaluates
+CLIMB = ["--rounds", "2", "--label-problems", "4", "--updates", "2", "--val-limit", "2", "--batch-size", "4",
+         "--min-traces", "1", "--samples", "2", "--loss-probe", "4", "--labels", "generator", "--device", "cpu"]
+CLIMB_TEST = ["--test", "--test-limit", "2", "--test-vote-limit", "1", "--reach-samples", "2", "--reach-limit", "1",
+              "--device", "cpu"]
+RR = TINY + ["--dataset", "tiny_ladder_train", "--rounds", "1", "--num-problems", "8", "--val-limit", "8", "--samples",
+             "2", "--epochs", "1", "--test-dataset", ""]
 TIMING = re.compile(r"(_seconds|per_second|_time)$|^(seconds|time|eta)$")
 # scripts whose --help must list --threads (issue #55: every CPU-heavy script has the same --threads)
 CPU_HEAVY = {"train_rl.py", "evaluate.py", "tiny.py", "research/bands/bands.py", "research/rounds/rounds.py"}
@@ -141,6 +149,8 @@ FIXTURES = {  # name -> (script, argv): train_rl's TR run, the same with a test 
     "base_test": ("train_rl.py", TINY + ["--steps", "2", "--problems-per-step", "2", "--group-size", "4",
                                          "--save-every", "1"]),
     "ev_run": ("evaluate.py", EV),
+    "climb_run": ("research/rounds/climb.py", CLIMB),
+    "rounds_run": ("research/rounds/rounds.py", RR),
 }
 HELP_CACHE = {}
 
@@ -254,6 +264,194 @@ def val_default_tiny(scratch, r):
     if block and "tiny_val" in block.group(0):
         return []
     return ["--val-dataset's default under --model tiny is not tiny_val"]
+
+
+# -----------------------------------------------------------------------------
+# The research tools' fixtures and checks (issue #65)
+
+HOLDERS = []  # processes a probe's prep started (a second writer holding a run), stopped by its check
+
+
+def child(scratch, argv, script="research/rounds/climb.py"):
+    return subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=scratch, env=env_for(scratch),
+                          capture_output=True, text=True, timeout=600)
+
+
+def traces_damage(how):
+    """climb_run's round 1 traces (4 rows, which round 2 replayed): removed, torn mid-line, or cut to 3 rows."""
+    def damage(run_dir):
+        path = run_dir / "traces_1.jsonl"
+        data = path.read_bytes()
+        if how == "missing":
+            path.unlink()
+        else:
+            path.write_bytes(data[:len(data) * 3 // 5] if how == "torn" else b"".join(data.splitlines(True)[:3]))
+    return damage
+
+
+def damage_line(name, line=2):
+    def damage(run_dir):
+        lines = (run_dir / name).read_bytes().splitlines(True)
+        lines[line - 1] = b'{"round": 1, "fast_acc\n'
+        (run_dir / name).write_bytes(b"".join(lines))
+    return damage
+
+
+def drop_setting(key):
+    """A config.json written before `key` existed."""
+    def damage(run_dir):
+        d = json.loads((run_dir / "config.json").read_text())
+        del d[key]
+        (run_dir / "config.json").write_text(json.dumps(d, indent=2) + "\n")
+    return damage
+
+
+def holding(src):
+    """--out is a copy of src held by another process (a climb run or --test in progress there)."""
+    def prep(scratch):
+        copy_run(src)(scratch)
+        code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import runs; runs.claim('run', 'climb', "
+                "resume=True); print('held', flush=True); time.sleep(600)")
+        proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], cwd=scratch, stdout=subprocess.PIPE, text=True)
+        HOLDERS.append(proc)
+        proc.stdout.readline()
+    return prep
+
+
+def release_holders(scratch, r):
+    while HOLDERS:
+        proc = HOLDERS.pop()
+        proc.kill()
+        proc.wait()
+    return []
+
+
+def tested(scratch):
+    """--out is a copy of climb_run whose every round is in test.jsonl."""
+    copy_run("climb_run")(scratch)
+    r = child(scratch, CLIMB_TEST + ["--threads", "1", "--out", "run"])
+    if r.returncode != 0:
+        raise RuntimeError(f"climb.py --test failed: {r.stderr.strip()[-300:]}")
+
+
+def says(*texts, absent=()):
+    """The run's stdout or stderr says each of texts, and none of absent."""
+    def check(scratch, r):
+        both = r.stdout + r.stderr
+        return [f"does not say {t!r}" for t in texts if t not in both] + [f"says {t!r}" for t in absent if t in both]
+    return check
+
+
+def config_kept(src, drop=None):
+    """run/config.json is still the first run's (src's, less `drop`): a resume rewrites none of it."""
+    def check(scratch, r):
+        first = json.loads((scratch / src / "config.json").read_text())
+        first.pop(drop, None)
+        now = json.loads((scratch / "run" / "config.json").read_text())
+        return [] if now == first else [f"config.json rewritten: {sorted(k for k in now if now.get(k) != first.get(k))}"]
+    return check
+
+
+def umask_modes(scratch, r):
+    """Every file and folder of the run (round_N/'s weights included) has the mode the umask gives."""
+    umask = os.umask(0)
+    os.umask(umask)
+    bad = [str(p.relative_to(scratch)) for p in (scratch / "run").rglob("*") if p.name != ".lock" and
+           (p.stat().st_mode & 0o777) != ((0o777 if p.is_dir() else 0o666) & ~umask)]
+    return [f"modes not as the umask gives: {bad[:4]}"] if bad else []
+
+
+def half_cache(scratch):
+    """--out's rounds_table.py --temperature 0.5 cut by Ctrl-C while it evaluates round 0 (its cache half made)."""
+    copy_run("rounds_run")(scratch)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "research/rounds/rounds_table.py"), "run", "--temperature",
+                             "0.5"], cwd=scratch, env=env_for(scratch), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, preexec_fn=default_sigint)
+    for line in proc.stdout:  # rounds.py's settings line: the evaluation's run directory exists
+        if line.startswith("{"):
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+
+
+def unlogged_step(run_dir):
+    """A baseline interrupted in step 2's validation: its checkpoint holds the step's metrics row, not the log."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    last = [row for row in rows if row["step"] == 2]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows if row["step"] < 2))
+    state = run_dir / "checkpoints" / "step_2" / "trainer_state.json"
+    meta = json.loads(state.read_text())
+    state.write_text(json.dumps(dict(meta, unlogged=dict(metrics=last[0], samples=[]))))
+
+
+def arms(scratch):
+    """arms/ holds a climb run and a user's notes that the arm's glob also matches."""
+    (scratch / "arms").mkdir()
+    shutil.copytree(scratch / "climb_run", scratch / "arms" / "s0")
+    (scratch / "arms" / "s_notes.txt").write_text("keep\n")
+
+
+def empty_dirs(scratch):
+    for name in ("e1", "e2"):
+        (scratch / name).mkdir()
+
+
+def research_probes():
+    """climb.py, climb_table.py and rounds_table.py: issue #65's cases, each a probe."""
+    P = Probe
+    C, CT, RT = "research/rounds/climb.py", "research/rounds/climb_table.py", "research/rounds/rounds_table.py"
+    run, resume = ["--out", "run"], ["--out", "run", "--resume"]
+    c = [P(C, CLIMB + ["--rounds", "3"] + resume, "error", mentions=("traces_1.jsonl",), needs=("climb_run",),
+           prep=copy_run("climb_run", damage=traces_damage(how)), note=f"traces_1.jsonl {how}")
+         for how in ("missing", "torn", "cut to 3 of 4 rows")]
+    c += [P(C, CLIMB + ["--rounds", "3"] + resume, "error", mentions=("climb.jsonl:2",), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=damage_line("climb.jsonl")), note="a damaged climb.jsonl line"),
+          P(C, CLIMB + ["--rounds", "0"] + resume, "error", mentions=("--rounds 0",), needs=("climb_run",),
+            prep=copy_run("climb_run"), note="--resume --rounds 0 on a finished run"),
+          P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run"),
+            check=lambda s, r: config_kept("climb_run")(s, r) + umask_modes(s, r),
+            note="resuming a finished run: config.json kept, every file readable as the umask says"),
+          P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run", damage=drop_setting("loss_probe")),
+            check=lambda s, r: config_kept("climb_run", "loss_probe")(s, r) + says("has no loss_probe")(s, r),
+            note="config.json without a newer setting"),
+          P(C, CLIMB_TEST + run, "error", mentions=("in use by",), needs=("climb_run",), prep=holding("climb_run"),
+            check=release_holders, note="--test while another process holds the run"),
+          P(C, CLIMB_TEST + run, "ok", needs=("climb_run",), prep=tested, check=says("nothing to test"),
+            note="--test with every round tested"),
+          P(C, CLIMB + ["--start", "climb_run", "--out", "run"], "error", mentions=("final/",), needs=("climb_run",),
+            note="--start a run directory"),
+          P(C, CLIMB + ["--start", "climb_run/round_9", "--out", "run"], "error", mentions=("climb_run/round_9",),
+            needs=("climb_run",), check=says(absent=("Hugging Face cache",)), note="--start a round never made"),
+          P(C, CLIMB + ["--start", "config_list/x", "--out", "run"], "error", check=says(absent=("Hugging Face cache",))),
+          P(C, CLIMB_TEST + run, "error", mentions=("config.json",), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=lambda d: (d / "config.json").unlink()), note="--test, no config.json"),
+          P(C, CLIMB + ["--learner", "drgrpo", "--rl-group-size", "1"] + run, "error", mentions=("--rl-group-size 1",)),
+          P(C, CLIMB + ["--rounds", "1"] + run, "ok", check=umask_modes, note="round_N/ readable as the umask says"),
+          P("train_rl.py", TR + resume, "ok", needs=("base_run",), prep=copy_run("base_run", damage=drop_setting(
+              "max_new_tokens")), check=lambda s, r: config_kept("base_run", "max_new_tokens")(s, r) +
+            says("has no max_new_tokens", absent=("(512, 64)",))(s, r),
+            note="config.json without a setting --model tiny gives")]
+    c += [P(CT, ["a=climb_run", "a=climb_run"], "error", mentions=("named twice",), needs=("climb_run",)),
+          P(CT, ["a=arms/s*"], "error", mentions=("s_notes.txt",), needs=("climb_run",), prep=arms,
+            note="a glob matching a stray file"),
+          P(CT, ["a=e?"], "error", mentions=("e1",), prep=empty_dirs, quick=True, note="only empty directories"),
+          P(CT, ["a=nothing*"], "error", mentions=("nothing*",)),
+          P(CT, ["a=run"], "error", mentions=("climb.jsonl:2",), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=damage_line("climb.jsonl")), note="a damaged climb.jsonl line")]
+    c += [P(RT, ["a_file"], "error", mentions=("a_file",), quick=True, note="a file as a run directory"),
+          P(RT, ["run"], "error", mentions=("rounds.jsonl",), needs=("rounds_run",),
+            prep=copy_run("rounds_run", damage=lambda d: (d / "rounds.jsonl").write_text("")), note="empty rounds.jsonl"),
+          P(RT, ["rounds_run", "--sources", "x"], "error", mentions=("--sources x",), needs=("rounds_run",)),
+          P(RT, ["run", "--mean"], "error", mentions=("config.json",), needs=("rounds_run",),
+            prep=copy_run("rounds_run", damage=lambda d: (d / "config.json").unlink()), note="no config.json"),
+          P(RT, ["run", "--temperature", "0.5"], "error", mentions=("rounds_eval",), needs=("rounds_run",),
+            prep=copy_run("rounds_run", damage=lambda d: (d / "rounds_eval").write_text("mine\n")),
+            note="a user's file where the cache goes"),
+          P(RT, ["run", "--temperature", "0.5"], "ok", needs=("rounds_run",), prep=half_cache,
+            check=says("| 1 |"), note="after Ctrl-C left an evaluation half made"),
+          P(RT, ["rounds_run", "--baseline", "run"], "ok", needs=("rounds_run", "base_run"),
+            prep=copy_run("base_run", damage=unlogged_step), note="a baseline interrupted in step 2's validation")]
+    return c
 
 
 def probes():
@@ -379,7 +577,7 @@ def probes():
           P("tiny.py", ["--out", f"{S}/run", *short], "error", prep=copy_run("base_run"), needs=("base_run",),
             note="--out a training run"),
           P("tiny.py", ["--out", f"{S}/run", *short], "ok")]
-    return help_ + t + e + b + r + p + y
+    return help_ + t + e + b + r + p + y + research_probes()
 
 
 # -----------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def rounds_table(arms):
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print("usage: climb_table.py ARM=GLOB [ARM=GLOB ...]\n\n" + __doc__.strip())
         return
     arms = load(args)
     endpoint_table(arms)
