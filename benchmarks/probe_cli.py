@@ -3,7 +3,7 @@ A new user's bad inputs and interrupts, every entry point: each probe runs a scr
 directory, and checks that an expected error ends in one `prog: error:` line (exit 2, no traceback), that a failed
 start wrote nothing, and that nothing it should not touch was changed or deleted (data loss).
 
-    python benchmarks/probe_cli.py                 # every probe and 25 interrupt trials (about 15 minutes, 1 thread)
+    python benchmarks/probe_cli.py                 # every probe, 25 + 12 interrupt trials (about 25 minutes, 1 thread)
     python benchmarks/probe_cli.py --quick         # a representative subset, about 90 s (tests/test_probe_cli.py)
     python benchmarks/probe_cli.py --only train_rl.py          # one script's probes (or: help, interrupt, a word of
     python benchmarks/probe_cli.py --only interrupt --trials 5  # a probe's name or arguments)
@@ -23,6 +23,12 @@ Sections:
   writes and periodic saves included), check that every checkpoint left matches the straight run's of that step
   and that no logged step was lost, then `--resume` and `cmp` final/model.safetensors, metrics.jsonl (timing
   fields dropped) and samples.jsonl against the straight run. A mismatch is data lost or a silently wrong result.
+- the research tools (issue #65): climb.py, climb_table.py and rounds_table.py, one probe per case (a resume with
+  round 1's traces missing, torn or cut short; --test while another process holds the run; an arm named twice; a
+  cache half made by Ctrl-C; ...), and the research interrupt trials (`--only "research interrupt"`): climb.py
+  stopped by SIGINT, SIGKILL or SIGTERM at seeded random moments, a third of them in round 2 with round 1's traces
+  then removed or torn (the resume must refuse, naming the file), resumed and compared file by file with a
+  straight run; rounds_table.py --temperature 0.5 stopped while it evaluates, rerun, its table and caches compared.
 
 Prints one line per probe, then a table per script and the totals: probes, clean one-line errors, tracebacks,
 files written by failed starts, data lost (the goal for the last three: 0, 0, 0). Exit status 1 if any probe failed.
@@ -364,14 +370,16 @@ def umask_modes(scratch, r):
 def half_cache(scratch):
     """--out's rounds_table.py --temperature 0.5 cut by Ctrl-C while it evaluates round 0 (its cache half made)."""
     copy_run("rounds_run")(scratch)
+    cache = scratch / "run" / "rounds_eval" / "T0.5"
     proc = subprocess.Popen([sys.executable, str(ROOT / "research/rounds/rounds_table.py"), "run", "--temperature",
-                             "0.5"], cwd=scratch, env=env_for(scratch), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, preexec_fn=default_sigint)
-    for line in proc.stdout:  # rounds.py's settings line: the evaluation's run directory exists
-        if line.startswith("{"):
-            break
+                             "0.5"], cwd=scratch, env=env_for(scratch), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=default_sigint)
+    while proc.poll() is None and not any(cache.glob("*round_0*/config.json")):  # its run directory is claimed
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
+    if (cache / "round_0" / "rounds.jsonl").exists():
+        raise RuntimeError("the Ctrl-C came after round 0's evaluation was whole")
 
 
 def unlogged_step(run_dir):
@@ -431,7 +439,8 @@ def research_probes():
               "max_new_tokens")), check=lambda s, r: config_kept("base_run", "max_new_tokens")(s, r) +
             says("has no max_new_tokens", absent=("(512, 64)",))(s, r),
             note="config.json without a setting --model tiny gives")]
-    c += [P(CT, ["a=climb_run", "a=climb_run"], "error", mentions=("named twice",), needs=("climb_run",)),
+    c += [P(CT, ["a=climb_run", "a=climb_run"], "error", mentions=("named twice",), needs=("climb_run",),
+            note="an arm named twice"),
           P(CT, ["a=arms/s*"], "error", mentions=("s_notes.txt",), needs=("climb_run",), prep=arms,
             note="a glob matching a stray file"),
           P(CT, ["a=e?"], "error", mentions=("e1",), prep=empty_dirs, quick=True, note="only empty directories"),
@@ -814,6 +823,160 @@ def interrupt_trials(scratch, n_int, n_term, n_double, seed, report):
 
 
 # -----------------------------------------------------------------------------
+# The research tools' interrupt trials: climb.py and rounds_table.py stopped at seeded random moments, then resumed
+# (climb) or rerun (rounds_table), against a straight run, byte for byte
+
+SIGNALS = (("SIGINT", signal.SIGINT, (130,)), ("SIGKILL", signal.SIGKILL, (-9,)), ("SIGTERM", signal.SIGTERM, (143,)))
+
+
+def climb_files(run_dir):
+    """What a climb run's result is: its rows (timing dropped), traces, labelling records, weights, config.json
+    (less --out, which names the directory)."""
+    out = {"climb.jsonl": logged(run_dir / "climb.jsonl", True)}
+    for p in sorted(run_dir.glob("traces_*.jsonl")) + sorted(run_dir.glob("round_*/label/records.jsonl")) + \
+            sorted(run_dir.glob("round_*/model.safetensors")):
+        out[str(p.relative_to(run_dir))] = p.read_bytes()
+    out["config.json"] = {k: v for k, v in json.loads((run_dir / "config.json").read_text()).items() if k != "out"}
+    return out
+
+
+def start(scratch, name, argv, script):
+    log = open(scratch / f"{name}.log", "w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *argv], cwd=scratch, env=env_for(scratch), stdout=log,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    return proc, log
+
+
+def stop(proc, log, sig, delay, ready=lambda: True):
+    """Send sig `delay` seconds after ready() holds; returns (whether it was sent, exit status, stderr)."""
+    while proc.poll() is None and not ready():
+        time.sleep(0.02)
+    time.sleep(delay)
+    sent = proc.poll() is None
+    if sent:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=600)
+    log.close()
+    return sent, proc.returncode, err
+
+
+def climb_trial(scratch, k, kind, delay, variant, ref):
+    """climb.py stopped by `kind`; for a variant, its traces_1.jsonl then removed or torn (the resume must refuse,
+    naming it) and put back; --resume; every result file compared with the straight run's."""
+    name, (signame, sig, codes) = f"ci{k}", kind
+    proc, log = start(scratch, name, CLIMB + ["--threads", "1", "--out", name], "research/rounds/climb.py")
+    rows = lambda: len(logged(scratch / name / "climb.jsonl"))  # noqa: E731
+    ready = (lambda: rows() >= 2) if variant else (lambda: (scratch / name / "config.json").exists())
+    sent, code, err = stop(proc, log, sig, delay, ready)
+    problems, where = [], f"{rows()} rows"
+    if (code not in codes) if sent else code != 0:
+        problems.append(f"exit {code} after {signame if sent else 'no signal'}")
+    traces = scratch / name / "traces_1.jsonl"
+    if variant and rows() == 2 and traces.is_file():
+        good = traces.read_bytes()
+        traces.unlink() if variant == "missing" else traces.write_bytes(good[:len(good) // 2])
+        r = child(scratch, CLIMB + ["--threads", "1", "--out", name, "--resume"])
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        if r.returncode != 2 or "traces_1.jsonl" not in last or "Traceback" in r.stderr:
+            problems.append(f"traces_1.jsonl {variant}: --resume exit {r.returncode}, {last[:100]}")
+        traces.write_bytes(good)
+        where += f", traces_1.jsonl {variant}: refused"
+    elif variant:
+        where += f", traces_1.jsonl {variant}: not tried (round 2 was done)"
+    r = child(scratch, CLIMB + ["--threads", "1", "--out", name, "--resume"])
+    if r.returncode != 0:
+        problems.append(f"--resume exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:120]}")
+    else:
+        mine = climb_files(scratch / name)
+        problems += [f"{f} differs from the straight run" for f in sorted(set(mine) | set(ref))
+                     if mine.get(f) != ref.get(f)]
+    remove(scratch / name)
+    (scratch / f"{name}.log").unlink()
+    return trial_row("research/rounds/climb.py", signame, delay, where, sent, code, problems, err, r)
+
+
+def table_output(text):
+    """rounds_table's table rows (not the run directory's name, nor what the evaluations print on their way)."""
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def rounds_table_trial(scratch, k, kind, delay, ref):
+    """rounds_table.py --temperature 0.5 stopped by `kind` while it evaluates; rerun; its table and each cached
+    evaluation compared with the straight run's."""
+    name, (signame, sig, codes) = f"rt{k}", kind
+    shutil.copytree(scratch / "rounds_run", scratch / name)
+    argv = [name, "--temperature", "0.5"]
+    proc, log = start(scratch, name + "_", argv, "research/rounds/rounds_table.py")
+    sent, code, err = stop(proc, log, sig, delay, lambda: (scratch / f"{name}_.log").stat().st_size > 0)
+    problems = []
+    if (code not in codes) if sent else code != 0:
+        problems.append(f"exit {code} after {signame if sent else 'no signal'}")
+    where = ", ".join(p.name for p in sorted((scratch / name / "rounds_eval" / "T0.5").glob("*"))) \
+        if (scratch / name / "rounds_eval").is_dir() else "no cache yet"
+    r = child(scratch, argv, "research/rounds/rounds_table.py")
+    if r.returncode != 0:
+        problems.append(f"rerun exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:120]}")
+    else:
+        if table_output(r.stdout) != ref["table"]:
+            problems.append("the table differs from the straight run's")
+        for rnd in ("round_0", "round_1"):
+            if logged(scratch / name / "rounds_eval" / "T0.5" / rnd / "rounds.jsonl", True) != ref[rnd]:
+                problems.append(f"the cached {rnd} differs from the straight run's")
+    remove(scratch / name)
+    (scratch / f"{name}_.log").unlink()
+    return trial_row("research/rounds/rounds_table.py", signame, delay, f"cache: {where}", sent, code, problems,
+                     err, r)
+
+
+def trial_row(script, kind, delay, where, sent, code, problems, err, r):
+    lost = any("differ" in p or "traces_1" in p for p in problems)
+    return dict(section="research interrupt", script=script, kind=f"{Path(script).name} {kind}", delay=delay,
+                where=where, ok=not problems, sent=sent, code=code, problems=problems, lost=lost, clean=not problems,
+                traceback=(crashed(err, code) and code != -9) or crashed(r.stderr, r.returncode), wrote=[],
+                changed=[], expect="interrupt", last="; ".join(problems) or "resumed exact",
+                argv=[kind, f"after {delay:.2f}s"], seconds=0.0, note=where)
+
+
+def research_interrupt_trials(scratch, n, seed, report):
+    """n trials of each tool, the signals in turn (SIGINT, SIGKILL, SIGTERM) at delays stratified over the straight
+    run; a third of climb's trials stop it in round 2 and remove round 1's traces, a third tear them."""
+    run_fixture(scratch, "climb_run", *FIXTURES["climb_run"])
+    run_fixture(scratch, "rounds_run", *FIXTURES["rounds_run"])
+    rng, results = random.Random(seed), []
+    t0 = time.time()
+    proc, log = start(scratch, "cref", CLIMB + ["--threads", "1", "--out", "cref"], "research/rounds/climb.py")
+    proc.communicate(timeout=600)
+    log.close()
+    span, ref = time.time() - t0, climb_files(scratch / "cref")
+    print(f"research interrupt: the straight climb takes {span:.1f}s", flush=True)
+    for k in range(n):
+        variant = ("", "missing", "torn")[k % 3]
+        delay = rng.uniform(0, 1.5) if variant else (k + rng.random()) / n * span * 0.9
+        results.append(climb_trial(scratch, k, SIGNALS[k % 3], delay, variant, ref))
+        report(results[-1])
+    shutil.copytree(scratch / "rounds_run", scratch / "rtref")
+    proc, log = start(scratch, "rtref", ["rtref", "--temperature", "0.5"], "research/rounds/rounds_table.py")
+    while proc.poll() is None and not (scratch / "rtref.log").stat().st_size:  # from its first evaluation's start
+        time.sleep(0.02)
+    t0 = time.time()
+    proc.communicate(timeout=600)
+    log.close()
+    span = time.time() - t0
+    r = child(scratch, ["rtref", "--temperature", "0.5"], "research/rounds/rounds_table.py")  # cached: the table
+    ref = dict(table=table_output(r.stdout), **{rnd: logged(scratch / "rtref" / "rounds_eval" / "T0.5" / rnd /
+                                                            "rounds.jsonl", True) for rnd in ("round_0", "round_1")})
+    print(f"research interrupt: the straight rounds_table.py --temperature 0.5 takes {span:.1f}s", flush=True)
+    for k in range(n):
+        results.append(rounds_table_trial(scratch, k, SIGNALS[k % 3], (k + rng.random()) / n * span * 0.9, ref))
+        report(results[-1])
+    for name in ("cref", "rtref"):
+        remove(scratch / name)
+    for name in ("cref", "rtref"):
+        (scratch / f"{name}.log").unlink()
+    return results
+
+
+# -----------------------------------------------------------------------------
 
 
 def show(res):
@@ -842,11 +1005,13 @@ def table(results):
     print(f"| **all** | {tot[0]} | {tot[1]} | {tot[2]} of {tot[3]} | {tot[4]} | {tot[5]} | {tot[6]} |")
     print(f"\nprobes {tot[0]}, as expected {tot[1]}, clean one-line errors {tot[2]} of {tot[3]}; "
           f"tracebacks {tot[4]}, files written by failed starts {tot[5]}, data lost {tot[6]} (goal: 0, 0, 0)")
-    trials = [r for r in results if r["section"] == "interrupt"]
+    trials = [r for r in results if r["section"] in ("interrupt", "research interrupt")]
     for kind in dict.fromkeys(r["kind"] for r in trials):
         mine = [r for r in trials if r["kind"] == kind]
         print(f"{kind}: {sum(r['sent'] for r in mine)} runs signalled mid-run (of {len(mine)} trials; the others "
-              f"had finished), {sum(r['ok'] for r in mine if r['sent'])} of them resumed exactly")
+              f"had finished), {sum(r['ok'] for r in mine if r['sent'])} of them resumed exactly"
+              + (f"; {sum(r['ok'] for r in mine)} of {len(mine)} trials as expected" if mine[0]["section"] != "interrupt"
+                 else ""))
 
 
 def main(argv=None):
@@ -857,10 +1022,12 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=20, help="SIGINT trials (--quick: 1)")
     ap.add_argument("--term-trials", type=int, default=3, help="SIGTERM trials (--quick: 1)")
     ap.add_argument("--double-trials", type=int, default=5, help="double SIGINT trials (--quick: 1)")
+    ap.add_argument("--research-trials", type=int, default=6, help="interrupt trials of climb.py and of "
+                    "rounds_table.py each (--quick: 0)")
     ap.add_argument("--seed", type=int, default=0, help="the interrupt delays' seed")
     args = ap.parse_args(argv)
     if args.quick:
-        args.trials, args.term_trials, args.double_trials = 1, 1, 1
+        args.trials, args.term_trials, args.double_trials, args.research_trials = 1, 1, 1, 0
     t0 = time.time()
     results = []
     selected = [p for p in probes() if (not args.quick or p.quick) and (
@@ -886,6 +1053,14 @@ def main(argv=None):
                 results.append(dict(section="interrupt", script="train_rl.py", argv=["reference"], expect="interrupt",
                                     ok=False, clean=False, traceback=False, wrote=[], changed=[], problems=[],
                                     last=f"{e}", code=None, lost=False, seconds=0.0, note=""))
+                show(results[-1])
+        if args.research_trials and (not args.only or args.only in "research interrupt"):
+            try:
+                results += research_interrupt_trials(scratch, args.research_trials, args.seed, show)
+            except Exception as e:  # noqa: BLE001
+                results.append(dict(section="research interrupt", script="research", argv=["reference"],
+                                    expect="interrupt", ok=False, clean=False, traceback=False, wrote=[], changed=[],
+                                    problems=[], last=f"{e}", code=None, lost=False, seconds=0.0, note=""))
                 show(results[-1])
     table(results)
     print(f"wall time {time.time() - t0:.0f}s")
