@@ -133,25 +133,33 @@ def claim(path, kind, resume=False):
 
 
 def check_resume(path, now, resumable, config_class=None):
-    """--resume: every setting in `now` (a dict) but the resumable ones must equal the saved config.json's. A
-    setting newer than the run (not in its config.json) is not compared: the run goes on with this command's
-    value, and a note says so, naming the value. With config_class, the saved settings must build one."""
+    """--resume: every setting in `now` (a dict) but the resumable ones must equal the saved config.json's. A setting
+    newer than the run (not in its config.json) ran as its default (config_class's; a new option's default is the
+    plain behaviour it had): the resume goes on with it, and a note says so; another value is refused, naming the
+    flag to pass, never quoting a saved value that is not there."""
     saved = read_json_object(path)
     if not saved:
         raise ValueError(f"--resume: {path} is missing or not a JSON object; nothing to resume")
+    defaults = {}
     if config_class is not None:
         names = {f.name for f in dataclasses.fields(config_class)}
         try:
-            config_class(**{k: v for k, v in saved.items() if k in names})
+            defaults = dataclasses.asdict(config_class(**{k: v for k, v in saved.items() if k in names}))
         except (TypeError, KeyError, ValueError) as e:
             raise ValueError(f"--resume: {path} does not hold these settings ({e})") from None
-    newer = [k for k in now if k not in resumable and k not in saved]
     diff = {k: (saved[k], v) for k, v in now.items() if k not in resumable and k in saved and saved[k] != v}
     if diff:
         raise ValueError(f"--resume: settings differ from {path} (saved, now): {diff}")
-    for k in newer:
-        print(f"note: --resume: {path} has no {k} (a setting newer than the run); it goes on with "
-              f"--{k.replace('_', '-')} {now[k]!r}, this command's", file=sys.stderr)
+    newer = {k: defaults.get(k, v) for k, v in now.items() if k not in resumable and k not in saved}
+    flags = lambda d: ", ".join(f"--{k.replace('_', '-')} {v!r}" for k, v in d.items())  # noqa: E731
+    other = {k: now[k] for k, v in newer.items() if now[k] != v}
+    if other:
+        raise ValueError(f"--resume: {path} has no {', '.join(other)} (settings newer than the run, which ran as "
+                         f"their defaults: {flags({k: newer[k] for k in other})}); this command gives {flags(other)}. "
+                         f"Pass {flags({k: newer[k] for k in other})} to resume it as it ran")
+    if newer:
+        print(f"note: --resume: {path} has no {', '.join(newer)} (settings newer than the run); it goes on with "
+              f"their defaults, as it ran: {flags(newer)}", file=sys.stderr)
 
 
 def write_config(path, settings, resume=False, resumable=()):

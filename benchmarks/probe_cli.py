@@ -419,9 +419,12 @@ def research_probes():
           P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run"),
             check=lambda s, r: config_kept("climb_run")(s, r) + umask_modes(s, r),
             note="resuming a finished run: config.json kept, every file readable as the umask says"),
-          P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run", damage=drop_setting("loss_probe")),
-            check=lambda s, r: config_kept("climb_run", "loss_probe")(s, r) + says("has no loss_probe")(s, r),
-            note="config.json without a newer setting"),
+          P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run", damage=drop_setting(
+              "weight_decay")), check=lambda s, r: config_kept("climb_run", "weight_decay")(s, r) + says(
+              "has no weight_decay", "--weight-decay 0.0")(s, r), note="config.json without a newer setting"),
+          P(C, CLIMB + resume, "error", mentions=("has no loss_probe", "Pass --loss-probe 64"), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=drop_setting("loss_probe")),
+            note="config.json without a newer setting, another value given"),
           P(C, CLIMB_TEST + run, "error", mentions=("in use by",), needs=("climb_run",), prep=holding("climb_run"),
             check=release_holders, note="--test while another process holds the run"),
           P(C, CLIMB_TEST + run, "ok", needs=("climb_run",), prep=tested, check=says("nothing to test"),
@@ -435,10 +438,9 @@ def research_probes():
             prep=copy_run("climb_run", damage=lambda d: (d / "config.json").unlink()), note="--test, no config.json"),
           P(C, CLIMB + ["--learner", "drgrpo", "--rl-group-size", "1"] + run, "error", mentions=("--rl-group-size 1",)),
           P(C, CLIMB + ["--rounds", "1"] + run, "ok", check=umask_modes, note="round_N/ readable as the umask says"),
-          P("train_rl.py", TR + resume, "ok", needs=("base_run",), prep=copy_run("base_run", damage=drop_setting(
-              "max_new_tokens")), check=lambda s, r: config_kept("base_run", "max_new_tokens")(s, r) +
-            says("has no max_new_tokens", absent=("(512, 64)",))(s, r),
-            note="config.json without a setting --model tiny gives")]
+          P("train_rl.py", TR + resume, "error", mentions=("has no max_new_tokens", "Pass --max-new-tokens 512"),
+            needs=("base_run",), prep=copy_run("base_run", damage=drop_setting("max_new_tokens")),
+            check=says(absent=("(512, 64)",)), note="config.json without a setting --model tiny gives")]
     c += [P(CT, ["a=climb_run", "a=climb_run"], "error", mentions=("named twice",), needs=("climb_run",),
             note="an arm named twice"),
           P(CT, ["a=arms/s*"], "error", mentions=("s_notes.txt",), needs=("climb_run",), prep=arms,

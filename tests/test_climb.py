@@ -222,8 +222,8 @@ def test_a_resume_refuses_missing_or_damaged_traces_keeps_the_first_config_and_r
     monkeypatch.setattr(runs, "code_version", lambda: "another-commit")
     capsys.readouterr()
     C.main(flags + ["--out", str(run), "--resume"])
-    assert f"note: --resume: {run / 'config.json'} has no loss_probe (a setting newer than the run); it goes on " \
-           f"with --loss-probe 64, this command's" in capsys.readouterr().err
+    assert f"note: --resume: {run / 'config.json'} has no loss_probe (settings newer than the run); it goes on " \
+           f"with their defaults, as it ran: --loss-probe 64" in capsys.readouterr().err
     assert (run / "round_2" / "model.safetensors").read_bytes() == \
         (straight / "round_2" / "model.safetensors").read_bytes()
     saved = json.loads((run / "config.json").read_text())

@@ -65,7 +65,7 @@ def test_each_case_of_issue_55_is_a_probe(case):
 
 @pytest.mark.parametrize("case", [
     "traces_1.jsonl missing", "traces_1.jsonl torn", "cut to 3 of 4 rows", "a damaged climb.jsonl line",
-    "--resume --rounds 0", "config.json kept", "config.json without a newer setting", "another process holds",
+    "--resume --rounds 0", "config.json kept", "config.json without a newer setting", "another value given", "another process holds",
     "every round tested", "--start a run directory", "--start a round never made", "--test, no config.json",
     "--rl-group-size 1", "readable as the umask", "a setting --model tiny gives", "named twice", "a stray file",
     "only empty directories", "a file as a run directory", "empty rounds.jsonl", "--sources x", "no config.json",

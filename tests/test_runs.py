@@ -198,14 +198,26 @@ def test_a_resume_keeps_the_first_config_and_records_another_commit_beside_it(tm
                                                 resumes=[dict(code_version="bbb", rounds=4)])
 
 
-def test_a_setting_newer_than_the_run_is_not_compared_and_the_value_it_goes_on_with_is_said(tmp_path, capsys):
+def test_a_setting_newer_than_the_run_goes_on_at_its_default_as_the_run_ran_and_says_so(tmp_path, capsys):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        lr: float = 1e-3
+        steps: int = 10
+        loop: str = ""  # newer than the run below
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(lr=1e-4, steps=10)))  # written before `loop` existed
-    runs.check_resume(path, dict(lr=1e-4, steps=10, loop="2:3:2"), resumable={"steps"})
-    assert capsys.readouterr().err.strip() == (f"note: --resume: {path} has no loop (a setting newer than the run); "
-                                               f"it goes on with --loop '2:3:2', this command's")
-    with pytest.raises(ValueError, match=r"\{'lr': \(0.0001, 0.5\)\}$"):  # only what it saved is quoted as saved
-        runs.check_resume(path, dict(lr=0.5, steps=10, loop=""), resumable={"steps"})
+    runs.check_resume(path, dict(lr=1e-4, steps=20, loop=""), {"steps"}, Config)
+    assert capsys.readouterr().err.strip() == (f"note: --resume: {path} has no loop (settings newer than the run); it "
+                                               f"goes on with their defaults, as it ran: --loop ''")
+    with pytest.raises(ValueError) as e:  # another value (given, or a default --model tiny brings) is refused
+        runs.check_resume(path, dict(lr=1e-4, steps=10, loop="2:3:2"), {"steps"}, Config)
+    assert str(e.value) == (f"--resume: {path} has no loop (settings newer than the run, which ran as their "
+                            f"defaults: --loop ''); this command gives --loop '2:3:2'. Pass --loop '' to resume it as "
+                            f"it ran")  # never "saved ''": nothing was saved
+    with pytest.raises(ValueError, match=r"\{'lr': \(0.0001, 0.5\)\}$"):
+        runs.check_resume(path, dict(lr=0.5, steps=10, loop=""), {"steps"}, Config)
 
 
 def test_strict_read_refuses_a_torn_or_cut_file(tmp_path):
