@@ -441,6 +441,10 @@ def research_probes():
           P("train_rl.py", TR + resume, "error", mentions=("has no max_new_tokens", "Pass --max-new-tokens 512"),
             needs=("base_run",), prep=copy_run("base_run", damage=drop_setting("max_new_tokens")),
             check=says(absent=("(512, 64)",)), note="config.json without a setting --model tiny gives")]
+    c += [P("research/rounds/rounds.py", RR + resume, "ok", needs=("rounds_run",), prep=copy_run("rounds_run"),
+            check=config_kept("rounds_run"), note="resuming a finished rounds run: config.json kept"),
+          P("research/rounds/rounds.py", RR + ["--rounds", "0"] + resume, "error", mentions=("--rounds 0",),
+            needs=("rounds_run",), prep=copy_run("rounds_run"), note="rounds.py --resume --rounds 0")]
     c += [P(CT, ["a=climb_run", "a=climb_run"], "error", mentions=("named twice",), needs=("climb_run",),
             note="an arm named twice"),
           P(CT, ["a=arms/s*"], "error", mentions=("s_notes.txt",), needs=("climb_run",), prep=arms,

@@ -69,7 +69,8 @@ def test_each_case_of_issue_55_is_a_probe(case):
     "every round tested", "--start a run directory", "--start a round never made", "--test, no config.json",
     "--rl-group-size 1", "readable as the umask", "a setting --model tiny gives", "named twice", "a stray file",
     "only empty directories", "a file as a run directory", "empty rounds.jsonl", "--sources x", "no config.json",
-    "a user's file where the cache goes", "Ctrl-C left an evaluation half made", "interrupted in step 2's validation"])
+    "a user's file where the cache goes", "a finished rounds run: config.json kept",
+    "rounds.py --resume --rounds 0", "Ctrl-C left an evaluation half made", "interrupted in step 2's validation"])
 def test_each_case_of_issue_65_is_a_probe(case):
     """The research tools' cases (climb.py, climb_table.py, rounds_table.py), each a probe of the full run."""
     assert any(case in p.note + " " + " ".join(p.argv) for p in PC.probes())
