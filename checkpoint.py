@@ -172,14 +172,16 @@ def resolve_model_dir(name_or_path, revision="main"):
         return local
     path = Path(name_or_path)
     if path.is_dir():
-        return path
+        return check_model_dir(path)
     name = str(name_or_path)
+    missing = f"{name}: no such model directory (a run's final/ appears when train_rl.py finishes)"
     if name.count("/") != 1 or name.startswith((".", "/")) or path.suffix in (".json", ".safetensors", ".bin"):
-        raise FileNotFoundError(f"{name}: no such model directory (a run's final/ appears when train_rl.py "
-                                f"finishes), and not a Hugging Face repo id like {DEFAULT_MODEL!r}")
+        raise FileNotFoundError(f"{missing}, and not a Hugging Face repo id like {DEFAULT_MODEL!r}")
     snap = cached_snapshot(name, revision)
     if snap is not None:
         return snap
+    if path.parent.is_dir():  # e.g. a rounds run's round_9 that was never made, not a hub id
+        raise FileNotFoundError(f"{missing}; {path.parent}/ is a local directory, so this is no Hugging Face repo id")
     how = (f"Download it on a machine with internet (e.g. `python -c \"import checkpoint; "
            f"checkpoint.download_model('{name}')\"`, or `huggingface-cli download {name}`) and copy "
            f"{hf_cache_dir() / ('models--' + name.replace('/', '--'))} here, set HF_HOME to where it is, "
@@ -192,6 +194,23 @@ def resolve_model_dir(name_or_path, revision="main"):
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         raise FileNotFoundError(f"{name}: not in the Hugging Face cache {hf_cache_dir()}, and downloading "
                                 f"it failed ({e}). {how}") from None
+
+
+# a run directory holds these; its checkpoints are final/, checkpoints/step_N, round_N/ (research/rounds)
+RUN_MARKS = ("final", "checkpoints", "round_0", "metrics.jsonl", "rounds.jsonl", "climb.jsonl")
+
+
+def check_model_dir(path):
+    """A local model directory, or a FileNotFoundError naming what it is instead: a run directory (whose
+    checkpoints are inside it) or a directory without config.json."""
+    weights = any((path / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json"))
+    if not weights and any((path / m).exists() for m in RUN_MARKS):
+        raise FileNotFoundError(f"{path}: a run directory, not a model checkpoint; use its final/ or "
+                                f"checkpoints/step_N (a rounds or climb run's: round_N/)")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path / 'config.json'}: config.json not found; a model directory holds it beside "
+                                f"model.safetensors")
+    return path
 
 
 # -----------------------------------------------------------------------------
@@ -305,6 +324,12 @@ def save_tensors(tensors, path, metadata=None):
         if "No space" in str(e) or "StorageFull" in str(e) or "Quota" in str(e):
             raise OSError(28, "No space left on device", str(path)) from None
         raise
+    os.chmod(path, file_mode())  # the writer makes its files 0600; every other file of a run follows the umask
+
+
+def file_mode():
+    """The permissions a new file gets under this process's umask."""
+    return dir_mode() & 0o666
 
 
 def save_model(model, path, tokenizer=None):

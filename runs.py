@@ -133,20 +133,58 @@ def claim(path, kind, resume=False):
 
 
 def check_resume(path, now, resumable, config_class=None):
-    """--resume: every setting in `now` (a dict) but the resumable ones must equal the saved config.json's. With
-    config_class, a setting newer than the run takes its default (the saved dict is rebuilt through the class)."""
+    """--resume: every setting in `now` (a dict) but the resumable ones must equal the saved config.json's. A setting
+    newer than the run (not in its config.json) ran as its default (config_class's; a new option's default is the
+    plain behaviour it had): the resume goes on with it, and a note says so; another value is refused, naming the
+    flag to pass, never quoting a saved value that is not there."""
     saved = read_json_object(path)
     if not saved:
         raise ValueError(f"--resume: {path} is missing or not a JSON object; nothing to resume")
+    defaults = {}
     if config_class is not None:
         names = {f.name for f in dataclasses.fields(config_class)}
         try:
-            saved = dataclasses.asdict(config_class(**{k: v for k, v in saved.items() if k in names}))
+            defaults = dataclasses.asdict(config_class(**{k: v for k, v in saved.items() if k in names}))
         except (TypeError, KeyError, ValueError) as e:
             raise ValueError(f"--resume: {path} does not hold these settings ({e})") from None
-    diff = {k: (saved.get(k), v) for k, v in now.items() if k not in resumable and saved.get(k) != v}
+    diff = {k: (saved[k], v) for k, v in now.items() if k not in resumable and k in saved and saved[k] != v}
     if diff:
         raise ValueError(f"--resume: settings differ from {path} (saved, now): {diff}")
+    newer = {k: defaults.get(k, v) for k, v in now.items() if k not in resumable and k not in saved}
+    flags = lambda d: ", ".join(f"--{k.replace('_', '-')} {v!r}" for k, v in d.items())  # noqa: E731
+    other = {k: now[k] for k, v in newer.items() if now[k] != v}
+    if other:
+        raise ValueError(f"--resume: {path} has no {', '.join(other)} (settings newer than the run, which ran as "
+                         f"their defaults: {flags({k: newer[k] for k in other})}); this command gives {flags(other)}. "
+                         f"Pass {flags({k: newer[k] for k in other})} to resume it as it ran")
+    if newer:
+        print(f"note: --resume: {path} has no {', '.join(newer)} (settings newer than the run); it goes on with "
+              f"their defaults, as it ran: {flags(newer)}", file=sys.stderr)
+
+
+def write_config(path, settings, resume=False, resumable=()):
+    """config.json: on a fresh start the run's settings and code_version (this code's commit). On --resume the
+    first run's file is kept, and a resume under another commit, or with other resumable settings (e.g. more
+    --rounds), is added to its `resumes` list beside the first: the commit that made the earlier steps is never
+    lost. Call it once the run's checks have passed: a failing resume rewrites nothing."""
+    version = code_version()
+    if not resume:
+        write_json(path, dict(settings, code_version=version))
+        return
+    saved = read_json_object(path)
+    resumes = saved.get("resumes", [])
+    entry = dict(code_version=version, **{k: v for k, v in settings.items() if k in resumable and k not in
+                                          ("resume", "out") and k in saved and saved[k] != v})  # (a run may move)
+    last = resumes[-1] if resumes else dict(code_version=saved.get("code_version"))
+    if entry != last:
+        write_json(path, dict(saved, resumes=[*resumes, entry]))
+
+
+def check_rounds_left(run_dir, done, rounds):
+    """--resume --rounds N (research/rounds): N may not be below the rounds the run has completed."""
+    if rounds < done:
+        raise ValueError(f"--rounds {rounds}: the run in {run_dir} has completed {done} round(s) already; pass "
+                         f"--rounds {done} or more to resume it")
 
 
 def release(path):
@@ -186,10 +224,10 @@ def append_jsonl(path, obj):
         f.write(json.dumps(obj) + "\n")
 
 
-def read_log(path, repair=False):
+def read_log(path, repair=False, strict=False):
     """The rows of a JSONL log. A torn last line (no newline, or not JSON: a killed run or a full disk) is dropped
     with a warning, and with repair cut from the file, to be rewritten by what comes next. Any other bad line is
-    an error naming the file and line."""
+    an error naming the file and line; with strict (a file written whole, write_jsonl: never torn), any bad line."""
     path = Path(path)
     if not path.exists():
         return []
@@ -206,13 +244,15 @@ def read_log(path, repair=False):
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
         except ValueError as e:
-            if not last:
+            if not last or strict:
                 raise ValueError(f"{path}:{i}: not a JSON object ({e}); this log is damaged") from None
             print(f"{path}:{i}: dropping a torn last line (an interrupted write); it is redone", file=sys.stderr)
             if repair and D.this_rank() == 0:
                 os.truncate(path, good)
             break
         if i == len(lines) and data and not data.endswith(b"\n"):  # complete JSON, but the newline never came
+            if strict:
+                raise ValueError(f"{path}:{i}: the last line has no newline; this file is damaged (cut short)")
             if repair and D.this_rank() == 0:
                 with open(path, "ab") as f:
                     f.write(b"\n")

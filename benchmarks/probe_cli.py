@@ -3,7 +3,7 @@ A new user's bad inputs and interrupts, every entry point: each probe runs a scr
 directory, and checks that an expected error ends in one `prog: error:` line (exit 2, no traceback), that a failed
 start wrote nothing, and that nothing it should not touch was changed or deleted (data loss).
 
-    python benchmarks/probe_cli.py                 # every probe and 25 interrupt trials (about 15 minutes, 1 thread)
+    python benchmarks/probe_cli.py                 # every probe, 25 + 12 interrupt trials (about 25 minutes, 1 thread)
     python benchmarks/probe_cli.py --quick         # a representative subset, about 90 s (tests/test_probe_cli.py)
     python benchmarks/probe_cli.py --only train_rl.py          # one script's probes (or: help, interrupt, a word of
     python benchmarks/probe_cli.py --only interrupt --trials 5  # a probe's name or arguments)
@@ -23,6 +23,12 @@ Sections:
   writes and periodic saves included), check that every checkpoint left matches the straight run's of that step
   and that no logged step was lost, then `--resume` and `cmp` final/model.safetensors, metrics.jsonl (timing
   fields dropped) and samples.jsonl against the straight run. A mismatch is data lost or a silently wrong result.
+- the research tools (issue #65): climb.py, climb_table.py and rounds_table.py, one probe per case (a resume with
+  round 1's traces missing, torn or cut short; --test while another process holds the run; an arm named twice; a
+  cache half made by Ctrl-C; ...), and the research interrupt trials (`--only "research interrupt"`): climb.py
+  stopped by SIGINT, SIGKILL or SIGTERM at seeded random moments, a third of them in round 2 with round 1's traces
+  then removed or torn (the resume must refuse, naming the file), resumed and compared file by file with a
+  straight run; rounds_table.py --temperature 0.5 stopped while it evaluates, rerun, its table and caches compared.
 
 Prints one line per probe, then a table per script and the totals: probes, clean one-line errors, tracebacks,
 files written by failed starts, data lost (the goal for the last three: 0, 0, 0). Exit status 1 if any probe failed.
@@ -54,6 +60,14 @@ EV = TINY + ["--limit", "2", "--max-new-tokens", "16"]
 BANDS = TINY + ["--dataset", "tiny_val", "--limit", "2", "-k", "2"]
 ROUNDS = TINY + ["--dataset", "tiny_ladder_train"]
 SEED20 = "12345678901234567890"
+# the research tools (issue #65): a two-round climb whose generator labels give every round traces (round 2 replays
+# round 1's), its --test, and a one-round rounds run whose policies rounds_table.py --temperature re-evaluates
+CLIMB = ["--rounds", "2", "--label-problems", "4", "--updates", "2", "--val-limit", "2", "--batch-size", "4",
+         "--min-traces", "1", "--samples", "2", "--loss-probe", "4", "--labels", "generator", "--device", "cpu"]
+CLIMB_TEST = ["--test", "--test-limit", "2", "--test-vote-limit", "1", "--reach-samples", "2", "--reach-limit", "1",
+              "--device", "cpu"]
+RR = TINY + ["--dataset", "tiny_ladder_train", "--rounds", "1", "--num-problems", "8", "--val-limit", "8", "--samples",
+             "2", "--epochs", "1", "--test-dataset", ""]
 TIMING = re.compile(r"(_seconds|per_second|_time)$|^(seconds|time|eta)$")
 # scripts whose --help must list --threads (issue #55: every CPU-heavy script has the same --threads)
 CPU_HEAVY = {"train_rl.py", "evaluate.py", "tiny.py", "research/bands/bands.py", "research/rounds/rounds.py"}
@@ -141,6 +155,8 @@ FIXTURES = {  # name -> (script, argv): train_rl's TR run, the same with a test 
     "base_test": ("train_rl.py", TINY + ["--steps", "2", "--problems-per-step", "2", "--group-size", "4",
                                          "--save-every", "1"]),
     "ev_run": ("evaluate.py", EV),
+    "climb_run": ("research/rounds/climb.py", CLIMB),
+    "rounds_run": ("research/rounds/rounds.py", RR),
 }
 HELP_CACHE = {}
 
@@ -254,6 +270,203 @@ def val_default_tiny(scratch, r):
     if block and "tiny_val" in block.group(0):
         return []
     return ["--val-dataset's default under --model tiny is not tiny_val"]
+
+
+# -----------------------------------------------------------------------------
+# The research tools' fixtures and checks (issue #65)
+
+HOLDERS = []  # processes a probe's prep started (a second writer holding a run), stopped by its check
+
+
+def child(scratch, argv, script="research/rounds/climb.py"):
+    return subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=scratch, env=env_for(scratch),
+                          capture_output=True, text=True, timeout=600)
+
+
+def traces_damage(how):
+    """climb_run's round 1 traces (4 rows, which round 2 replayed): removed, torn mid-line, or cut to 3 rows."""
+    def damage(run_dir):
+        path = run_dir / "traces_1.jsonl"
+        data = path.read_bytes()
+        if how == "missing":
+            path.unlink()
+        else:
+            path.write_bytes(data[:len(data) * 3 // 5] if how == "torn" else b"".join(data.splitlines(True)[:3]))
+    return damage
+
+
+def damage_line(name, line=2):
+    def damage(run_dir):
+        lines = (run_dir / name).read_bytes().splitlines(True)
+        lines[line - 1] = b'{"round": 1, "fast_acc\n'
+        (run_dir / name).write_bytes(b"".join(lines))
+    return damage
+
+
+def drop_setting(key):
+    """A config.json written before `key` existed."""
+    def damage(run_dir):
+        d = json.loads((run_dir / "config.json").read_text())
+        del d[key]
+        (run_dir / "config.json").write_text(json.dumps(d, indent=2) + "\n")
+    return damage
+
+
+def holding(src):
+    """--out is a copy of src held by another process (a climb run or --test in progress there)."""
+    def prep(scratch):
+        copy_run(src)(scratch)
+        code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import runs; runs.claim('run', 'climb', "
+                "resume=True); print('held', flush=True); time.sleep(600)")
+        proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], cwd=scratch, stdout=subprocess.PIPE, text=True)
+        HOLDERS.append(proc)
+        proc.stdout.readline()
+    return prep
+
+
+def release_holders(scratch, r):
+    while HOLDERS:
+        proc = HOLDERS.pop()
+        proc.kill()
+        proc.wait()
+    return []
+
+
+def tested(scratch):
+    """--out is a copy of climb_run whose every round is in test.jsonl."""
+    copy_run("climb_run")(scratch)
+    r = child(scratch, CLIMB_TEST + ["--threads", "1", "--out", "run"])
+    if r.returncode != 0:
+        raise RuntimeError(f"climb.py --test failed: {r.stderr.strip()[-300:]}")
+
+
+def says(*texts, absent=()):
+    """The run's stdout or stderr says each of texts, and none of absent."""
+    def check(scratch, r):
+        both = r.stdout + r.stderr
+        return [f"does not say {t!r}" for t in texts if t not in both] + [f"says {t!r}" for t in absent if t in both]
+    return check
+
+
+def config_kept(src, drop=None):
+    """run/config.json is still the first run's (src's, less `drop`): a resume rewrites none of it."""
+    def check(scratch, r):
+        first = json.loads((scratch / src / "config.json").read_text())
+        first.pop(drop, None)
+        now = json.loads((scratch / "run" / "config.json").read_text())
+        return [] if now == first else [f"config.json rewritten: {sorted(k for k in now if now.get(k) != first.get(k))}"]
+    return check
+
+
+def umask_modes(scratch, r):
+    """Every file and folder of the run (round_N/'s weights included) has the mode the umask gives."""
+    umask = os.umask(0)
+    os.umask(umask)
+    bad = [str(p.relative_to(scratch)) for p in (scratch / "run").rglob("*") if p.name != ".lock" and
+           (p.stat().st_mode & 0o777) != ((0o777 if p.is_dir() else 0o666) & ~umask)]
+    return [f"modes not as the umask gives: {bad[:4]}"] if bad else []
+
+
+def half_cache(scratch):
+    """--out's rounds_table.py --temperature 0.5 cut by Ctrl-C while it evaluates round 0 (its cache half made)."""
+    copy_run("rounds_run")(scratch)
+    cache = scratch / "run" / "rounds_eval" / "T0.5"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "research/rounds/rounds_table.py"), "run", "--temperature",
+                             "0.5"], cwd=scratch, env=env_for(scratch), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=default_sigint)
+    while proc.poll() is None and not any(cache.glob("*round_0*/config.json")):  # its run directory is claimed
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    if (cache / "round_0" / "rounds.jsonl").exists():
+        raise RuntimeError("the Ctrl-C came after round 0's evaluation was whole")
+
+
+def unlogged_step(run_dir):
+    """A baseline interrupted in step 2's validation: its checkpoint holds the step's metrics row, not the log."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    last = [row for row in rows if row["step"] == 2]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows if row["step"] < 2))
+    state = run_dir / "checkpoints" / "step_2" / "trainer_state.json"
+    meta = json.loads(state.read_text())
+    state.write_text(json.dumps(dict(meta, unlogged=dict(metrics=last[0], samples=[]))))
+
+
+def arms(scratch):
+    """arms/ holds a climb run and a user's notes that the arm's glob also matches."""
+    (scratch / "arms").mkdir()
+    shutil.copytree(scratch / "climb_run", scratch / "arms" / "s0")
+    (scratch / "arms" / "s_notes.txt").write_text("keep\n")
+
+
+def empty_dirs(scratch):
+    for name in ("e1", "e2"):
+        (scratch / name).mkdir()
+
+
+def research_probes():
+    """climb.py, climb_table.py and rounds_table.py: issue #65's cases, each a probe."""
+    P = Probe
+    C, CT, RT = "research/rounds/climb.py", "research/rounds/climb_table.py", "research/rounds/rounds_table.py"
+    run, resume = ["--out", "run"], ["--out", "run", "--resume"]
+    c = [P(C, CLIMB + ["--rounds", "3"] + resume, "error", mentions=("traces_1.jsonl",), needs=("climb_run",),
+           prep=copy_run("climb_run", damage=traces_damage(how)), note=f"traces_1.jsonl {how}")
+         for how in ("missing", "torn", "cut to 3 of 4 rows")]
+    c += [P(C, CLIMB + ["--rounds", "3"] + resume, "error", mentions=("climb.jsonl:2",), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=damage_line("climb.jsonl")), note="a damaged climb.jsonl line"),
+          P(C, CLIMB + ["--rounds", "0"] + resume, "error", mentions=("--rounds 0",), needs=("climb_run",),
+            prep=copy_run("climb_run"), note="--resume --rounds 0 on a finished run"),
+          P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run"),
+            check=lambda s, r: config_kept("climb_run")(s, r) + umask_modes(s, r),
+            note="resuming a finished run: config.json kept, every file readable as the umask says"),
+          P(C, CLIMB + resume, "ok", needs=("climb_run",), prep=copy_run("climb_run", damage=drop_setting(
+              "weight_decay")), check=lambda s, r: config_kept("climb_run", "weight_decay")(s, r) + says(
+              "has no weight_decay", "--weight-decay 0.0")(s, r), note="config.json without a newer setting"),
+          P(C, CLIMB + resume, "error", mentions=("has no loss_probe", "Pass --loss-probe 64"), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=drop_setting("loss_probe")),
+            note="config.json without a newer setting, another value given"),
+          P(C, CLIMB_TEST + run, "error", mentions=("in use by",), needs=("climb_run",), prep=holding("climb_run"),
+            check=release_holders, note="--test while another process holds the run"),
+          P(C, CLIMB_TEST + run, "ok", needs=("climb_run",), prep=tested, check=says("nothing to test"),
+            note="--test with every round tested"),
+          P(C, CLIMB + ["--start", "climb_run", "--out", "run"], "error", mentions=("final/",), needs=("climb_run",),
+            note="--start a run directory"),
+          P(C, CLIMB + ["--start", "climb_run/round_9", "--out", "run"], "error", mentions=("climb_run/round_9",),
+            needs=("climb_run",), check=says(absent=("Hugging Face cache",)), note="--start a round never made"),
+          P(C, CLIMB + ["--start", "config_list/x", "--out", "run"], "error", check=says(absent=("Hugging Face cache",))),
+          P(C, CLIMB_TEST + run, "error", mentions=("config.json",), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=lambda d: (d / "config.json").unlink()), note="--test, no config.json"),
+          P(C, CLIMB + ["--learner", "drgrpo", "--rl-group-size", "1"] + run, "error", mentions=("--rl-group-size 1",)),
+          P(C, CLIMB + ["--rounds", "1"] + run, "ok", check=umask_modes, note="round_N/ readable as the umask says"),
+          P("train_rl.py", TR + resume, "error", mentions=("has no max_new_tokens", "Pass --max-new-tokens 512"),
+            needs=("base_run",), prep=copy_run("base_run", damage=drop_setting("max_new_tokens")),
+            check=says(absent=("(512, 64)",)), note="config.json without a setting --model tiny gives")]
+    c += [P("research/rounds/rounds.py", RR + resume, "ok", needs=("rounds_run",), prep=copy_run("rounds_run"),
+            check=config_kept("rounds_run"), note="resuming a finished rounds run: config.json kept"),
+          P("research/rounds/rounds.py", RR + ["--rounds", "0"] + resume, "error", mentions=("--rounds 0",),
+            needs=("rounds_run",), prep=copy_run("rounds_run"), note="rounds.py --resume --rounds 0")]
+    c += [P(CT, ["a=climb_run", "a=climb_run"], "error", mentions=("named twice",), needs=("climb_run",),
+            note="an arm named twice"),
+          P(CT, ["a=arms/s*"], "error", mentions=("s_notes.txt",), needs=("climb_run",), prep=arms,
+            note="a glob matching a stray file"),
+          P(CT, ["a=e?"], "error", mentions=("e1",), prep=empty_dirs, quick=True, note="only empty directories"),
+          P(CT, ["a=nothing*"], "error", mentions=("nothing*",)),
+          P(CT, ["a=run"], "error", mentions=("climb.jsonl:2",), needs=("climb_run",),
+            prep=copy_run("climb_run", damage=damage_line("climb.jsonl")), note="a damaged climb.jsonl line")]
+    c += [P(RT, ["a_file"], "error", mentions=("a_file",), quick=True, note="a file as a run directory"),
+          P(RT, ["run"], "error", mentions=("rounds.jsonl",), needs=("rounds_run",),
+            prep=copy_run("rounds_run", damage=lambda d: (d / "rounds.jsonl").write_text("")), note="empty rounds.jsonl"),
+          P(RT, ["rounds_run", "--sources", "x"], "error", mentions=("--sources x",), needs=("rounds_run",)),
+          P(RT, ["run", "--mean"], "error", mentions=("config.json",), needs=("rounds_run",),
+            prep=copy_run("rounds_run", damage=lambda d: (d / "config.json").unlink()), note="no config.json"),
+          P(RT, ["run", "--temperature", "0.5"], "error", mentions=("rounds_eval",), needs=("rounds_run",),
+            prep=copy_run("rounds_run", damage=lambda d: (d / "rounds_eval").write_text("mine\n")),
+            note="a user's file where the cache goes"),
+          P(RT, ["run", "--temperature", "0.5"], "ok", needs=("rounds_run",), prep=half_cache,
+            check=says("| 1 |"), note="after Ctrl-C left an evaluation half made"),
+          P(RT, ["rounds_run", "--baseline", "run"], "ok", needs=("rounds_run", "base_run"),
+            prep=copy_run("base_run", damage=unlogged_step), note="a baseline interrupted in step 2's validation")]
+    return c
 
 
 def probes():
@@ -379,7 +592,7 @@ def probes():
           P("tiny.py", ["--out", f"{S}/run", *short], "error", prep=copy_run("base_run"), needs=("base_run",),
             note="--out a training run"),
           P("tiny.py", ["--out", f"{S}/run", *short], "ok")]
-    return help_ + t + e + b + r + p + y
+    return help_ + t + e + b + r + p + y + research_probes()
 
 
 # -----------------------------------------------------------------------------
@@ -616,6 +829,174 @@ def interrupt_trials(scratch, n_int, n_term, n_double, seed, report):
 
 
 # -----------------------------------------------------------------------------
+# The research tools' interrupt trials: climb.py and rounds_table.py stopped at seeded random moments, then resumed
+# (climb) or rerun (rounds_table), against a straight run, byte for byte
+
+SIGNALS = (("SIGINT", signal.SIGINT, (130,)), ("SIGKILL", signal.SIGKILL, (-9,)), ("SIGTERM", signal.SIGTERM, (143,)))
+
+
+def climb_files(run_dir):
+    """What a climb run's result is: its rows (timing dropped), traces, labelling records, weights, config.json
+    (less --out, which names the directory)."""
+    out = {"climb.jsonl": logged(run_dir / "climb.jsonl", True)}
+    for p in sorted(run_dir.glob("traces_*.jsonl")) + sorted(run_dir.glob("round_*/label/records.jsonl")) + \
+            sorted(run_dir.glob("round_*/model.safetensors")):
+        out[str(p.relative_to(run_dir))] = p.read_bytes()
+    out["config.json"] = {k: v for k, v in json.loads((run_dir / "config.json").read_text()).items() if k != "out"}
+    return out
+
+
+def start(scratch, name, argv, script):
+    log = open(scratch / f"{name}.log", "w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *argv], cwd=scratch, env=env_for(scratch), stdout=log,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    return proc, log
+
+
+def signal_ok(sent, code, codes, finished):
+    """The exit status a trial expects: the signal's (130, 143; SIGKILL's -9), or 0 when it finished unsignalled. A
+    signal that lands as a finished run exits (its work all written) may also end it by the signal itself."""
+    if not sent:
+        return code == 0
+    return code in codes or (finished and code in (0, -2, -15, 130, 143))
+
+
+def stop(proc, log, sig, delay, ready=lambda: True):
+    """Send sig `delay` seconds after ready() holds; returns (whether it was sent, exit status, stderr)."""
+    while proc.poll() is None and not ready():
+        time.sleep(0.02)
+    time.sleep(delay)
+    sent = proc.poll() is None
+    if sent:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=600)
+    log.close()
+    return sent, proc.returncode, err
+
+
+def climb_trial(scratch, k, kind, delay, variant, ref):
+    """climb.py stopped by `kind`; for a variant, its traces_1.jsonl then removed or torn (the resume must refuse,
+    naming it) and put back; --resume; every result file compared with the straight run's."""
+    name, (signame, sig, codes) = f"ci{k}", kind
+    proc, log = start(scratch, name, CLIMB + ["--threads", "1", "--out", name], "research/rounds/climb.py")
+    rows = lambda: len(logged(scratch / name / "climb.jsonl"))  # noqa: E731
+    ready = (lambda: rows() >= 2) if variant else (lambda: (scratch / name / "config.json").exists())
+    sent, code, err = stop(proc, log, sig, delay, ready)
+    problems, where = [], f"{rows()} rows"
+    finished = "done:" in (scratch / f"{name}.log").read_text()
+    where += " (finished: the signal came as it exited)" if sent and finished else ""
+    if not signal_ok(sent, code, codes, finished):
+        problems.append(f"exit {code} after {signame if sent else 'no signal'}")
+    traces = scratch / name / "traces_1.jsonl"
+    if variant and rows() == 2 and traces.is_file():
+        good = traces.read_bytes()
+        traces.unlink() if variant == "missing" else traces.write_bytes(good[:len(good) // 2])
+        r = child(scratch, CLIMB + ["--threads", "1", "--out", name, "--resume"])
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        if r.returncode != 2 or "traces_1.jsonl" not in last or "Traceback" in r.stderr:
+            problems.append(f"traces_1.jsonl {variant}: --resume exit {r.returncode}, {last[:100]}")
+        traces.write_bytes(good)
+        where += f", traces_1.jsonl {variant}: refused"
+    elif variant:
+        where += f", traces_1.jsonl {variant}: not tried (round 2 was done)"
+    r = child(scratch, CLIMB + ["--threads", "1", "--out", name, "--resume"])
+    if r.returncode != 0:
+        problems.append(f"--resume exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:120]}")
+    else:
+        mine = climb_files(scratch / name)
+        problems += [f"{f} differs from the straight run" for f in sorted(set(mine) | set(ref))
+                     if mine.get(f) != ref.get(f)]
+    remove(scratch / name)
+    (scratch / f"{name}.log").unlink()
+    return trial_row("research/rounds/climb.py", signame, delay, where, sent, code, problems, err, r)
+
+
+def table_output(text):
+    """rounds_table's table rows (not the run directory's name, nor what the evaluations print on their way)."""
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def rounds_table_trial(scratch, k, kind, delay, ref):
+    """rounds_table.py --temperature 0.5 stopped by `kind` while it evaluates; rerun; its table and each cached
+    evaluation compared with the straight run's."""
+    name, (signame, sig, codes) = f"rt{k}", kind
+    shutil.copytree(scratch / "rounds_run", scratch / name)
+    argv = [name, "--temperature", "0.5"]
+    proc, log = start(scratch, name + "_", argv, "research/rounds/rounds_table.py")
+    sent, code, err = stop(proc, log, sig, delay, lambda: (scratch / f"{name}_.log").stat().st_size > 0)
+    problems = []
+    finished = bool(table_output((scratch / f"{name}_.log").read_text()))
+    if not signal_ok(sent, code, codes, finished):
+        problems.append(f"exit {code} after {signame if sent else 'no signal'}")
+    where = ", ".join(p.name for p in sorted((scratch / name / "rounds_eval" / "T0.5").glob("*"))) \
+        if (scratch / name / "rounds_eval").is_dir() else "no cache yet"
+    where += " (finished: the signal came as it exited)" if sent and finished else ""
+    r = child(scratch, argv, "research/rounds/rounds_table.py")
+    if r.returncode != 0:
+        problems.append(f"rerun exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:120]}")
+    else:
+        if table_output(r.stdout) != ref["table"]:
+            problems.append("the table differs from the straight run's")
+        for rnd in ("round_0", "round_1"):
+            if logged(scratch / name / "rounds_eval" / "T0.5" / rnd / "rounds.jsonl", True) != ref[rnd]:
+                problems.append(f"the cached {rnd} differs from the straight run's")
+    remove(scratch / name)
+    (scratch / f"{name}_.log").unlink()
+    return trial_row("research/rounds/rounds_table.py", signame, delay, f"cache: {where}", sent, code, problems,
+                     err, r)
+
+
+def trial_row(script, kind, delay, where, sent, code, problems, err, r):
+    lost = any("differ" in p or "traces_1" in p for p in problems)
+    return dict(section="research interrupt", script=script, kind=f"{Path(script).name} {kind}", delay=delay,
+                where=where, ok=not problems, sent=sent, code=code, problems=problems, lost=lost, clean=not problems,
+                traceback=(crashed(err, code) and code != -9) or crashed(r.stderr, r.returncode), wrote=[],
+                changed=[], expect="interrupt", last="; ".join(problems) or "resumed exact",
+                argv=[kind, f"after {delay:.2f}s"], seconds=0.0, note=where)
+
+
+def research_interrupt_trials(scratch, n, seed, report):
+    """n trials of each tool, the signals in turn (SIGINT, SIGKILL, SIGTERM) at delays stratified over the straight
+    run; a third of climb's trials stop it in round 2 and remove round 1's traces, a third tear them."""
+    run_fixture(scratch, "climb_run", *FIXTURES["climb_run"])
+    run_fixture(scratch, "rounds_run", *FIXTURES["rounds_run"])
+    rng, results = random.Random(seed), []
+    proc, log = start(scratch, "cref", CLIMB + ["--threads", "1", "--out", "cref"], "research/rounds/climb.py")
+    while proc.poll() is None and not (scratch / "cref" / "config.json").exists():  # from its claim, as a trial's
+        time.sleep(0.02)
+    t0 = time.time()
+    proc.communicate(timeout=600)
+    log.close()
+    span, ref = time.time() - t0, climb_files(scratch / "cref")
+    print(f"research interrupt: the straight climb takes {span:.1f}s", flush=True)
+    for k in range(n):
+        variant = ("", "missing", "torn")[k % 3]
+        delay = rng.uniform(0, 1.5) if variant else (k + rng.random()) / n * span * 0.9
+        results.append(climb_trial(scratch, k, SIGNALS[k % 3], delay, variant, ref))
+        report(results[-1])
+    shutil.copytree(scratch / "rounds_run", scratch / "rtref")
+    proc, log = start(scratch, "rtref", ["rtref", "--temperature", "0.5"], "research/rounds/rounds_table.py")
+    while proc.poll() is None and not (scratch / "rtref.log").stat().st_size:  # from its first evaluation's start
+        time.sleep(0.02)
+    t0 = time.time()
+    proc.communicate(timeout=600)
+    log.close()
+    span = time.time() - t0
+    r = child(scratch, ["rtref", "--temperature", "0.5"], "research/rounds/rounds_table.py")  # cached: the table
+    ref = dict(table=table_output(r.stdout), **{rnd: logged(scratch / "rtref" / "rounds_eval" / "T0.5" / rnd /
+                                                            "rounds.jsonl", True) for rnd in ("round_0", "round_1")})
+    print(f"research interrupt: the straight rounds_table.py --temperature 0.5 takes {span:.1f}s", flush=True)
+    for k in range(n):
+        results.append(rounds_table_trial(scratch, k, SIGNALS[k % 3], (k + rng.random()) / n * span * 0.9, ref))
+        report(results[-1])
+    for name in ("cref", "rtref"):
+        remove(scratch / name)
+    for name in ("cref", "rtref"):
+        (scratch / f"{name}.log").unlink()
+    return results
+
+
+# -----------------------------------------------------------------------------
 
 
 def show(res):
@@ -644,11 +1025,13 @@ def table(results):
     print(f"| **all** | {tot[0]} | {tot[1]} | {tot[2]} of {tot[3]} | {tot[4]} | {tot[5]} | {tot[6]} |")
     print(f"\nprobes {tot[0]}, as expected {tot[1]}, clean one-line errors {tot[2]} of {tot[3]}; "
           f"tracebacks {tot[4]}, files written by failed starts {tot[5]}, data lost {tot[6]} (goal: 0, 0, 0)")
-    trials = [r for r in results if r["section"] == "interrupt"]
+    trials = [r for r in results if r["section"] in ("interrupt", "research interrupt")]
     for kind in dict.fromkeys(r["kind"] for r in trials):
         mine = [r for r in trials if r["kind"] == kind]
         print(f"{kind}: {sum(r['sent'] for r in mine)} runs signalled mid-run (of {len(mine)} trials; the others "
-              f"had finished), {sum(r['ok'] for r in mine if r['sent'])} of them resumed exactly")
+              f"had finished), {sum(r['ok'] for r in mine if r['sent'])} of them resumed exactly"
+              + (f"; {sum(r['ok'] for r in mine)} of {len(mine)} trials as expected" if mine[0]["section"] != "interrupt"
+                 else ""))
 
 
 def main(argv=None):
@@ -659,10 +1042,12 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=20, help="SIGINT trials (--quick: 1)")
     ap.add_argument("--term-trials", type=int, default=3, help="SIGTERM trials (--quick: 1)")
     ap.add_argument("--double-trials", type=int, default=5, help="double SIGINT trials (--quick: 1)")
+    ap.add_argument("--research-trials", type=int, default=6, help="interrupt trials of climb.py and of "
+                    "rounds_table.py each (--quick: 0)")
     ap.add_argument("--seed", type=int, default=0, help="the interrupt delays' seed")
     args = ap.parse_args(argv)
     if args.quick:
-        args.trials, args.term_trials, args.double_trials = 1, 1, 1
+        args.trials, args.term_trials, args.double_trials, args.research_trials = 1, 1, 1, 0
     t0 = time.time()
     results = []
     selected = [p for p in probes() if (not args.quick or p.quick) and (
@@ -688,6 +1073,14 @@ def main(argv=None):
                 results.append(dict(section="interrupt", script="train_rl.py", argv=["reference"], expect="interrupt",
                                     ok=False, clean=False, traceback=False, wrote=[], changed=[], problems=[],
                                     last=f"{e}", code=None, lost=False, seconds=0.0, note=""))
+                show(results[-1])
+        if args.research_trials and (not args.only or args.only in "research interrupt"):
+            try:
+                results += research_interrupt_trials(scratch, args.research_trials, args.seed, show)
+            except Exception as e:  # noqa: BLE001
+                results.append(dict(section="research interrupt", script="research", argv=["reference"],
+                                    expect="interrupt", ok=False, clean=False, traceback=False, wrote=[], changed=[],
+                                    problems=[], last=f"{e}", code=None, lost=False, seconds=0.0, note=""))
                 show(results[-1])
     table(results)
     print(f"wall time {time.time() - t0:.0f}s")

@@ -94,7 +94,7 @@ class Run:
 
 
 # Settings that say how a run was executed or logged, not what it is (train_rl.RESUMABLE and the like).
-NOT_WHAT = {"out", "resume", "seed", "device", "compile", "save_every", "samples_per_step", "code_version",
+NOT_WHAT = {"out", "resume", "resumes", "seed", "device", "compile", "save_every", "samples_per_step", "code_version",
             "batch_size", "stop_token_ids", "dataset_hash", "n_problems", "fsdp", "dtype", "responses", "tokenizer",
             "datasets"}
 

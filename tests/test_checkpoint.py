@@ -120,6 +120,34 @@ def test_a_saved_checkpoint_gets_the_umask_permissions_and_replaces_the_old_one_
     assert [p.name for p in tmp_path.iterdir()] == ["m"]  # no temporary or set-aside directory left beside it
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_every_file_of_a_saved_checkpoint_is_readable_as_the_umask_says(tmp_path, umask):
+    """safetensors' writer makes its file 0600 whatever the umask; save_model gives it the umask's mode, as the
+    JSON files beside it have (0644 under 022, 0640 under 027, 0600 under 077)."""
+    import os
+    old = os.umask(umask)
+    try:
+        checkpoint.save_model(checkpoint.load_model("tiny", device="cpu"), tmp_path / "m",
+                              checkpoint.load_tokenizer("tiny"))
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "m").iterdir()}
+    assert modes == {name: 0o666 & ~umask for name in ("config.json", "model.safetensors", "tokenizer.json")}
+
+
+def test_a_run_directory_or_a_missing_round_is_named_for_what_it_is(tmp_path, empty_hf_home, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text(json.dumps(dict(objective="drgrpo")))  # a run's, not a model's
+    with pytest.raises(FileNotFoundError, match="run: a run directory, not a model checkpoint; use its final/ or "
+                                                "checkpoints/step_N"):
+        checkpoint.load_model("run", device="cpu")
+    (tmp_path / "climb" / "round_0").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"climb/round_9: no such model directory .*climb/ is a local "
+                                                r"directory, so this is no Hugging Face repo id"):
+        checkpoint.load_model("climb/round_9", device="cpu")  # one slash, like a repo id: never sent to the hub
+
+
 def test_pickled_checkpoint_is_refused_never_unpickled(tmp_path, monkeypatch):
     save_hf(tmp_path)
     state = load_file(tmp_path / "model.safetensors")

@@ -105,7 +105,7 @@ def test_one_round_writes_its_row_and_checkpoint_and_resume_changes_nothing(tmp_
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in row.items() if k != "seconds"}
 
 
-def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_once(tmp_path):
+def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_once(tmp_path, capsys):
     ladder = [p for p in P.load_problems("tiny_ladder_train") if p["level"] == 3][:3]
     tok = checkpoint.load_tokenizer("tiny-ladder")
     assert [t["response"] for t in C.worked_traces(ladder, tok, 0, "ladder")] == \
@@ -129,8 +129,24 @@ def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_on
     for rung, cell in tests[1]["reach"].items():
         assert 0 <= cell["pass_at_1"] <= cell["pass_at_k"] <= 1 and sum(cell["first_errors"].values()) <= 1 + 1e-9
     before = (out / "test.jsonl").read_bytes()
-    C.main(["--test", "--out", str(out), "--device", "cpu"])  # every round tested: once only
+    capsys.readouterr()
+    C.main(["--test", "--out", str(out), "--device", "cpu", "--test-limit", "5"])  # every round tested: once only
     assert (out / "test.jsonl").read_bytes() == before
+    said = capsys.readouterr().out
+    assert "every complete round of" in said and "(rounds 0, 1, 2) is in test.jsonl already" in said
+    assert "these --test flags are not applied" in said
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import runs; "
+                               "runs.claim(sys.argv[2], 'climb', resume=True); print('held', flush=True); "
+                               "time.sleep(60)", str(ROOT), str(out)], stdout=subprocess.PIPE, text=True)
+    try:  # another process's run (or --test) in --out: a second --test is refused, test.jsonl untouched
+        assert holder.stdout.readline().strip() == "held"
+        (out / "test.jsonl").write_bytes(before.splitlines(keepends=True)[0])
+        with pytest.raises(FileExistsError, match="in use by PID"):
+            C.main(["--test", "--out", str(out), "--device", "cpu"])
+        assert (out / "test.jsonl").read_bytes() == before.splitlines(keepends=True)[0]
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_the_drgrpo_baseline_learns_the_rounds_problems_dense_then_binary(tmp_path):
@@ -165,3 +181,56 @@ def test_bad_input_is_one_error_line(tmp_path):
         (tmp_path / "r").mkdir()
         (tmp_path / "r" / "config.json").write_text(json.dumps(dict(rounds=3)))
         C.main(["--out", str(tmp_path / "r"), "--resume", "--device", "cpu"])
+
+
+def snapshot(root):
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_a_resume_refuses_missing_or_damaged_traces_keeps_the_first_config_and_records_a_new_commit(tmp_path,
+                                                                                                     monkeypatch, capsys):
+    """Round 2 replays round 1's traces: a resume without them whole would learn from other data (exit 0, other
+    weights), so it is refused naming the file and writing nothing. A resume under another commit ends as the
+    straight run, config.json kept with the new commit beside the first; a setting the run's config.json lacks is
+    named with the value the resume goes on with, and not written into it."""
+    flags = SMOKE + ["--labels", "generator", "--rounds", "2"]
+    straight = tmp_path / "straight"
+    C.main(flags + ["--out", str(straight)])
+    run = tmp_path / "run"
+    C.main(flags + ["--out", str(run), "--rounds", "1"])
+    saved = json.loads((run / "config.json").read_text())
+    del saved["loss_probe"]  # as a run from before the flag existed wrote it
+    runs.write_json(run / "config.json", dict(saved, rounds=2))
+    first = (run / "config.json").read_bytes()
+    traces = run / "traces_1.jsonl"
+    good = traces.read_bytes()
+    lines = good.splitlines(keepends=True)
+    assert len(lines) == 4
+    for damage, said in [(None, "round 1's traces are missing"), (good[:-30], "traces_1.jsonl:4: not a JSON object"),
+                         (b"".join(lines[:3]), "3 rows where climb.jsonl's round 1 made 4")]:
+        traces.unlink(missing_ok=True)
+        if damage is not None:
+            traces.write_bytes(damage)
+        before = snapshot(run)
+        with pytest.raises((ValueError, FileNotFoundError), match=said) as e:
+            C.main(flags + ["--out", str(run), "--resume"])
+        assert str(traces) in str(e.value) and snapshot(run) == before  # named, and nothing written
+    traces.write_bytes(good)
+    with pytest.raises(ValueError, match="--rounds 0: the run in .* has completed 1 round"):
+        C.main(flags + ["--out", str(run), "--resume", "--rounds", "0"])
+    assert (run / "config.json").read_bytes() == first
+    monkeypatch.setattr(runs, "code_version", lambda: "another-commit")
+    capsys.readouterr()
+    C.main(flags + ["--out", str(run), "--resume"])
+    assert f"note: --resume: {run / 'config.json'} has no loss_probe (settings newer than the run); it goes on " \
+           f"with their defaults, as it ran: --loss-probe 64" in capsys.readouterr().err
+    assert (run / "round_2" / "model.safetensors").read_bytes() == \
+        (straight / "round_2" / "model.safetensors").read_bytes()
+    saved = json.loads((run / "config.json").read_text())
+    assert saved == dict(json.loads(first), resumes=[dict(code_version="another-commit")])
+    assert saved["code_version"] == json.loads((straight / "config.json").read_text())["code_version"]
+
+
+def test_the_baselines_errors_name_its_own_flags():
+    with pytest.raises(ValueError, match=r"the Dr. GRPO baseline: --rl-group-size 1: .* use --rl-group-size >= 2$"):
+        C.check_config(C.ClimbConfig(learner="drgrpo", rl_group_size=1))

@@ -1,6 +1,12 @@
 """climb_table.py: the endpoint, the paired rung-2-6 differences and the trend slope, by hand, from written runs."""
 
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from research.rounds import climb_table as CT
 import runs
@@ -67,3 +73,24 @@ def test_moonshot_on_the_mean_and_seed_by_seed_by_hand(tmp_path, capsys):
     assert "0.40 / 0.45 (9) ; 0.50 / 0.60 (9)" in row
     # after round r the next rung is 6 + r; its vote is 0.1 r (seed 0) and 0.1 r + 0.1 (seed 1): mean 0.1 r + 0.05
     assert row.endswith("| 0.05 / 0.15 / 0.25 / 0.35 / 0.45 |")
+
+
+def test_runs_are_never_dropped_silently_each_case_one_error_line(tmp_path):
+    """An arm named twice, a glob that also matches a stray file or only empty directories, a damaged climb.jsonl:
+    one `climb_table.py: error:` line naming it, exit 2 (each printed tables without those runs, exit 0)."""
+    for i in range(2):
+        write_run(tmp_path / f"s{i}", 0.4, [0.1, 0.2, 0.3])
+    (tmp_path / "s_notes.txt").write_text("a user's file\n")
+    (tmp_path / "e1").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "climb.jsonl").write_text('{"round": 0}\nnot json\n{"round": 1}\n')
+    cases = [([f"a={tmp_path}/s0", f"a={tmp_path}/s1"], "arm 'a' is named twice"),
+             ([f"a={tmp_path}/s*"], f"{tmp_path}/s_notes.txt: not a directory"),
+             ([f"a={tmp_path}/e?"], f"{tmp_path}/e1: no climb.jsonl"),
+             ([f"a={tmp_path}/bad"], f"{tmp_path}/bad/climb.jsonl:2: not a JSON object")]
+    for argv, said in cases:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            CT.main(argv)
+    r = subprocess.run([sys.executable, str(Path(CT.__file__)), f"a={tmp_path}/none*"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"climb_table.py: error: 'a={tmp_path}/none*': want ARM=GLOB matching climb run directories"]

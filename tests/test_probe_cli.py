@@ -63,6 +63,19 @@ def test_each_case_of_issue_55_is_a_probe(case):
     assert any(case in " ".join(p.argv) for p in PC.probes() if p.expect in ("error", "resume"))
 
 
+@pytest.mark.parametrize("case", [
+    "traces_1.jsonl missing", "traces_1.jsonl torn", "cut to 3 of 4 rows", "a damaged climb.jsonl line",
+    "--resume --rounds 0", "config.json kept", "config.json without a newer setting", "another value given", "another process holds",
+    "every round tested", "--start a run directory", "--start a round never made", "--test, no config.json",
+    "--rl-group-size 1", "readable as the umask", "a setting --model tiny gives", "named twice", "a stray file",
+    "only empty directories", "a file as a run directory", "empty rounds.jsonl", "--sources x", "no config.json",
+    "a user's file where the cache goes", "a finished rounds run: config.json kept",
+    "rounds.py --resume --rounds 0", "Ctrl-C left an evaluation half made", "interrupted in step 2's validation"])
+def test_each_case_of_issue_65_is_a_probe(case):
+    """The research tools' cases (climb.py, climb_table.py, rounds_table.py), each a probe of the full run."""
+    assert any(case in p.note + " " + " ".join(p.argv) for p in PC.probes())
+
+
 def test_the_scratch_fixtures(tmp_path):
     """NaN weights keep their header (they load, then give non-finite logits); the bad data lines are what they say."""
     import torch

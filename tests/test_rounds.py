@@ -16,6 +16,7 @@ from research.rounds import rounds as R
 import train_rl as T
 from conftest import make_char_model
 import checkpoint
+import runs
 import verify
 
 # A small run on the tiny world's 2-3 operation problems (the step grader works there too): fast enough for the
@@ -154,12 +155,20 @@ def test_rows_equal_their_recomputation_from_the_records(small_run):
             assert row[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), k
 
 
-def test_a_finished_run_extended_keeps_its_old_test_evaluation_beside_its_round(tmp_path):
+def test_a_finished_run_extended_keeps_its_old_test_evaluation_beside_its_round(tmp_path, monkeypatch):
     # --rounds raised on --resume: the held-out test of the old last round moves to round_0/, not mixed or lost
     out, few = tmp_path / "run", ["--num-problems", "8", "--test-dataset", "tiny_test", "--test-limit", "3"]
     R.main(SMALL + few + ["--rounds", "0", "--out", str(out)])
-    old = (out / "test.json").read_text()
+    old, first = (out / "test.json").read_text(), json.loads((out / "config.json").read_text())
+    monkeypatch.setattr(runs, "code_version", lambda: "another-commit")  # resumed under a later commit
     R.main(SMALL + few + ["--rounds", "1", "--out", str(out), "--resume"])
+    # config.json keeps the first run's settings and commit; the resume's commit and --rounds stand beside them
+    assert json.loads((out / "config.json").read_text()) == dict(first, resumes=[dict(code_version="another-commit",
+                                                                                      rounds=1)])
+    before = (out / "config.json").read_bytes()
+    with pytest.raises(ValueError, match="--rounds 0: the run in .* has completed 1 round"):
+        R.main(SMALL + few + ["--rounds", "0", "--out", str(out), "--resume"])  # would re-test round 0 as the last
+    assert (out / "config.json").read_bytes() == before
     assert (out / "round_0" / "test.json").read_text() == old and json.loads(old)["round"] == 0
     assert json.loads((out / "test.json").read_text())["round"] == 1
     for mode in ("fast", "deliberate"):
@@ -563,9 +572,10 @@ def test_baseline_evaluations_are_cached_per_protocol(tmp_path, monkeypatch):
     for cfg in (hot, cool, hot):
         assert table.evaluate_checkpoint(tmp_path, 12, cfg)["model"] == str(tmp_path / "checkpoints" / "step_12")
     assert [c[c.index("--temperature") + 1] for c in calls] == ["1.0", "0.5"]  # the third call was cached
-    outs = {c[c.index("--out") + 1] for c in calls}
-    assert len(outs) == 2 and all(Path(o).name == "step_12" for o in outs)
-    moved = next(iter(outs))  # a cache that says another protocol is refused, not read
+    outs = {Path(c[c.index("--out") + 1]) for c in calls}  # evaluated under a temporary name, then renamed
+    assert len(outs) == 2 and all(o.name == ".step_12.tmp" and not o.exists() for o in outs)
+    assert all((o.parent / "step_12" / "rounds.jsonl").is_file() for o in outs)
+    moved = next(iter(outs)).parent / "step_12"  # a cache that says another protocol is refused, not read
     cfg = json.loads((Path(moved) / "config.json").read_text())
     (Path(moved) / "config.json").write_text(json.dumps(dict(cfg, samples=cfg["samples"] + 1)))
     with pytest.raises(ValueError, match="other evaluation settings"):
@@ -712,3 +722,50 @@ def test_help_shows_the_tiny_validation_set_and_threads_is_a_flag(capsys, monkey
     finally:
         torch.set_num_threads(before)
     assert seen == [(2, 2)]
+
+
+def test_rounds_table_bad_input_is_an_error_naming_it_and_an_interrupt_leaves_no_half_cache(tmp_path, monkeypatch):
+    table, calls = load_rounds_table(), []
+    cfg = dataclasses.asdict(R.RoundsConfig(model="tiny", dataset="tiny_ladder_train", eval_samples=4))
+    fake = fake_rounds_main(calls, lambda model: dict(round=0, model=model))
+
+    def interrupted(argv):  # Ctrl-C once the evaluation's run directory is half made
+        fake(argv)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(R, "main", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        table.evaluate_checkpoint(tmp_path, 12, cfg)
+    cache = table.evaluation_dir(tmp_path, 12, cfg)
+    assert not cache.exists()  # the next run evaluates again, not "pass --resume"
+    monkeypatch.setattr(R, "main", fake)
+    assert table.evaluate_checkpoint(tmp_path, 12, cfg)["round"] == 0 and (cache / "rounds.jsonl").is_file()
+    assert len(calls) == 2 and not list(cache.parent.glob(".*"))
+    user = table.evaluation_dir(tmp_path / "mine", 4, cfg)
+    user.parent.parent.mkdir(parents=True)
+    user.parent.write_text("a user's file\n")  # where the cache's folder goes
+    with pytest.raises(ValueError, match="cannot hold the evaluation cache"):
+        table.evaluate_checkpoint(tmp_path / "mine", 4, cfg)
+    # a file given as a run, an empty rounds.jsonl, a level no run has
+    with pytest.raises(ValueError, match="not a directory; give rounds.py run directories"):
+        table.rows_of(user.parent)
+    (tmp_path / "rounds.jsonl").write_text("")
+    with pytest.raises(ValueError, match="rounds.jsonl: no rows yet"):
+        table.rows_of(tmp_path)
+    (tmp_path / "rounds.jsonl").write_text(json.dumps(dict(round=0, fast_by_group={"2": 0.5, "3": 0.1})) + "\n")
+    with pytest.raises(ValueError, match="--sources x: no rung or group x in these runs .they have 2, 3."):
+        table.sources_table([tmp_path], "x")
+
+
+def test_a_baseline_checkpoint_saved_by_an_interrupt_before_its_step_was_logged_has_its_flops(tmp_path):
+    """Interrupted during step 2's validation: checkpoints/step_2 holds the step's metrics row (unlogged), which
+    metrics.jsonl lacks; rounds_table takes its FLOPs from there (it was KeyError: 2)."""
+    table = load_rounds_table()
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(dict(step=1, flops=10.0)) + "\n")
+    for step in (1, 2):
+        (tmp_path / "checkpoints" / f"step_{step}").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step_2" / "trainer_state.json").write_text(
+        json.dumps(dict(step=2, unlogged=dict(metrics=dict(step=2, flops=20.0), samples=[]))))
+    assert table.saved_checkpoints(tmp_path) == {1: 10.0, 2: 20.0}
+    (tmp_path / "checkpoints" / "step_3").mkdir()
+    with pytest.raises(ValueError, match="step_3: its step is neither in metrics.jsonl nor in its trainer state"):
+        table.saved_checkpoints(tmp_path)

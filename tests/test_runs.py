@@ -164,3 +164,68 @@ def test_a_full_disk_while_writing_final_is_one_line_naming_the_file(tmp_path, m
     assert line is not None and "final" in line and "no space left on device" in line and "\n" not in line
     assert not (tmp_path / "final").exists() and not (tmp_path / ".final.tmp").exists()
     assert cli.error_line(shutil.Error([("a", "b/c", "[Errno 28] No space left on device")])).startswith("b/c: [Errno 28]")
+
+
+def test_every_file_of_a_training_checkpoint_is_readable_as_the_umask_says(tmp_path):
+    """The trainer state's safetensors too (the writer makes it 0600): 0644 under umask 022, as its JSON."""
+    import torch
+    import train_rl as T
+    policy = checkpoint.load_model("tiny", device="cpu", dtype=torch.float32)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    policy(torch.tensor([[1, 2, 3]])).sum().backward()
+    optimizer.step()  # moments to save
+    old = os.umask(0o022)
+    try:
+        runs.save_checkpoint(tmp_path / "step_1", policy, optimizer, checkpoint.load_tokenizer("tiny"), 1, T.Config())
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "step_1").iterdir()}
+    assert modes == {name: 0o644 for name in ("config.json", "model.safetensors", "tokenizer.json",
+                                              "trainer_state.json", "trainer_state.safetensors")}
+
+
+def test_a_resume_keeps_the_first_config_and_records_another_commit_beside_it(tmp_path, monkeypatch):
+    path = tmp_path / "config.json"
+    monkeypatch.setattr(runs, "code_version", lambda: "aaa")
+    runs.write_config(path, dict(rounds=2, seed=0, device=""))
+    first = path.read_bytes()
+    runs.write_config(path, dict(rounds=2, seed=0, device=""), resume=True, resumable={"rounds", "device"})
+    assert path.read_bytes() == first  # the same commit and settings: nothing rewritten
+    monkeypatch.setattr(runs, "code_version", lambda: "bbb")
+    for _ in range(2):  # the second resume under bbb adds nothing new
+        runs.write_config(path, dict(rounds=4, seed=0, device=""), resume=True, resumable={"rounds", "device"})
+    assert json.loads(path.read_text()) == dict(rounds=2, seed=0, device="", code_version="aaa",
+                                                resumes=[dict(code_version="bbb", rounds=4)])
+
+
+def test_a_setting_newer_than_the_run_goes_on_at_its_default_as_the_run_ran_and_says_so(tmp_path, capsys):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        lr: float = 1e-3
+        steps: int = 10
+        loop: str = ""  # newer than the run below
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(lr=1e-4, steps=10)))  # written before `loop` existed
+    runs.check_resume(path, dict(lr=1e-4, steps=20, loop=""), {"steps"}, Config)
+    assert capsys.readouterr().err.strip() == (f"note: --resume: {path} has no loop (settings newer than the run); it "
+                                               f"goes on with their defaults, as it ran: --loop ''")
+    with pytest.raises(ValueError) as e:  # another value (given, or a default --model tiny brings) is refused
+        runs.check_resume(path, dict(lr=1e-4, steps=10, loop="2:3:2"), {"steps"}, Config)
+    assert str(e.value) == (f"--resume: {path} has no loop (settings newer than the run, which ran as their "
+                            f"defaults: --loop ''); this command gives --loop '2:3:2'. Pass --loop '' to resume it as "
+                            f"it ran")  # never "saved ''": nothing was saved
+    with pytest.raises(ValueError, match=r"\{'lr': \(0.0001, 0.5\)\}$"):
+        runs.check_resume(path, dict(lr=0.5, steps=10, loop=""), {"steps"}, Config)
+
+
+def test_strict_read_refuses_a_torn_or_cut_file(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2')
+    assert runs.read_log(path) == [{"a": 1}]  # a log: the torn line is an interrupted append
+    with pytest.raises(ValueError, match="traces.jsonl:2: not a JSON object"):
+        runs.read_log(path, strict=True)  # a file written whole is never torn: it is damaged
+    path.write_text('{"a": 1}\n{"a": 2}')
+    with pytest.raises(ValueError, match="traces.jsonl:2: the last line has no newline"):
+        runs.read_log(path, strict=True)

@@ -149,8 +149,7 @@ def check_config(cfg):
             T.check_config(rl_config(cfg, "pool.jsonl", "tiny_ladder_val", cfg.start, "rl", cfg.rl_steps, 0,
                                      cfg.prefix_credit))
         except ValueError as e:
-            raise ValueError(f"the Dr. GRPO baseline: {e} (here --rl-problems-per-step, --rl-group-size, --rl-lr)") \
-                from None
+            raise ValueError(f"the Dr. GRPO baseline: {R.rl_flags(str(e))}") from None
     if cfg.start_rung + cfg.rounds - 1 > RUNGS[-1]:
         raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
                          f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {RUNGS[-1]}")
@@ -402,7 +401,9 @@ def run_test(cfg):
     out = Path(cfg.out)
     saved = runs.read_json_object(out / "config.json")
     if saved.get("program") != PROGRAM:
-        raise ValueError(f"--test: {out} does not hold a climb run (research/rounds/climb.py)")
+        what = "not found" if not (out / "config.json").is_file() else "not a climb run's (research/rounds/climb.py)"
+        raise ValueError(f"--test: {out / 'config.json'}: {what}; --out must be a climb run's directory")
+    runs.claim(out, "climb", resume=True)  # one writer of test.jsonl and the rounds' test/ records at a time
     fields = ClimbConfig.__dataclass_fields__
     run_cfg = dataclasses.replace(ClimbConfig(**{k: v for k, v in saved.items() if k in fields}),
                                   **{k: getattr(cfg, k) for k in (*TEST_FLAGS[1:], "device", "threads")})
@@ -410,13 +411,17 @@ def run_test(cfg):
     tokenizer, device = checkpoint.load_tokenizer(out / "round_0"), cfg.device or M.default_device()
     test_rows = [p for s in SPLITS for p in P.load_problems(s[3])]
     test_by_rung = {k: [p for p in test_rows if p["level"] == k] for k in RUNGS}
-    for row in runs.read_log(out / "climb.jsonl", repair=True):
-        if row["round"] not in done:
-            test = test_round(row["round"], run_cfg, out, test_by_rung, tokenizer, device)
-            E.append_records(out / "test.jsonl", [test])
-            fast, vote = (" ".join(f"{k}:{v:.2f}" for k, v in test[f].items()) for f in ("fast_by_rung",
-                                                                                          "vote_by_rung"))
-            print(f"round {test['round']} test | fast {fast} | vote {vote}", flush=True)
+    todo = [row["round"] for row in runs.read_log(out / "climb.jsonl", repair=True) if row["round"] not in done]
+    if not todo:
+        print(f"--test: every complete round of {out} (rounds {', '.join(map(str, sorted(done))) or 'none'}) is in "
+              f"test.jsonl already, tested once with the settings recorded there; nothing to test (these --test "
+              f"flags are not applied)", flush=True)
+    for r in todo:
+        test = test_round(r, run_cfg, out, test_by_rung, tokenizer, device)
+        E.append_records(out / "test.jsonl", [test])
+        fast, vote = (" ".join(f"{k}:{v:.2f}" for k, v in test[f].items()) for f in ("fast_by_rung", "vote_by_rung"))
+        print(f"round {test['round']} test | fast {fast} | vote {vote}", flush=True)
+    runs.release(out)
     return out
 
 
@@ -433,15 +438,44 @@ def load_data(cfg):
 
 
 def start_run(cfg, out):
-    """Claim --out (config.json's `program` marks a climb run) and write config.json, or check it on --resume;
+    """Claim --out (config.json's `program` marks a climb run) and write config.json, or on --resume check it and
+    the complete rounds' files (nothing is written when a check fails; the first run's config.json is kept);
     returns the complete rows of climb.jsonl."""
     config_path = out / "config.json"
     if cfg.resume:
         runs.check_out(out, "climb", resume=True)
         runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE, ClimbConfig)
+        rows = runs.read_log(out / "climb.jsonl")
+        runs.check_rounds_left(out, len(rows) - 1, cfg.rounds)
+        if len(rows) <= cfg.rounds:  # rounds to go: they read the complete rounds' labelling records and traces
+            check_round_files(out, rows, cfg)
     runs.claim(out, "climb", resume=cfg.resume)  # held until this process ends
-    runs.write_json(config_path, dict(dataclasses.asdict(cfg), program=PROGRAM, code_version=runs.code_version()))
-    return runs.read_log(out / "climb.jsonl", repair=True)
+    rows = runs.read_log(out / "climb.jsonl", repair=True)
+    runs.write_config(config_path, dict(dataclasses.asdict(cfg), program=PROGRAM), cfg.resume, RESUMABLE)
+    return rows
+
+
+def check_round_files(out, rows, cfg):
+    """--resume: each complete round's labelling records (the problems later rounds must not take again) and, when
+    distilling, its traces (later rounds replay them) are on disk whole, as many as its row counts; a missing or
+    damaged one is an error naming it: the rounds after it would silently learn from other data."""
+    for row in rows[1:]:
+        q = row["round"]
+        files = [(out / f"round_{q}" / "label" / "records.jsonl", row["problems_labelled"], "labelling records")]
+        if cfg.learner == "distil":
+            files.append((out / f"traces_{q}.jsonl", row["traces_new"], "traces"))
+        for path, n, what in files:
+            if not path.is_file():
+                raise FileNotFoundError(f"--resume: {path}: round {q}'s {what} are missing; the rounds after it "
+                                        f"need them. Put the file back, or start the run again in a new --out")
+            try:
+                found = len(runs.read_log(path, strict=True))
+            except ValueError as e:
+                raise ValueError(f"--resume: {e}; round {q}'s {what} cannot be trusted. Put the file back, or "
+                                 f"start the run again in a new --out") from None
+            if found != n:
+                raise ValueError(f"--resume: {path}: {found} rows where climb.jsonl's round {q} made {n}; the file "
+                                 f"is damaged. Put it back, or start the run again in a new --out")
 
 
 def run_round(r, cfg, out, data, tokenizer, device, rows, base):
@@ -514,8 +548,9 @@ def run(cfg):
     out = Path(cfg.out)
     runs.check_out(out, "climb", cfg.resume)
     data = load_data(cfg)  # bad data fail before the run directory is written
+    start = checkpoint.resolve_model_dir(cfg.start)  # a run directory or a missing round_N/ named as such
     tokenizer = checkpoint.load_tokenizer(cfg.start)
-    context = checkpoint.read_config(checkpoint.resolve_model_dir(cfg.start)).max_position_embeddings
+    context = checkpoint.read_config(start).max_position_embeddings
     P.check_prompts_fit([*data[0].items(), ("validation", [p for v in data[1].values() for p in v])], tokenizer,
                         TEMPLATE, cfg.max_new_tokens, context)
     device = cfg.device or M.default_device()

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
+import cli  # noqa: E402
 import runs  # noqa: E402
 import stats  # noqa: E402
 
@@ -31,15 +32,28 @@ def cell(values, digits=2):
 
 
 def load(arms):
-    """{arm: [(climb rows by round, test rows by round) per seed run]}, the runs in glob order."""
+    """{arm: [(climb rows by round, test rows by round) per seed run]}, the runs in glob order. Each path the glob
+    matches must be a climb run with rows (a stray file or an empty directory would drop runs from the tables),
+    and each arm is named once; a run not yet tested (climb.py --test) is named, as the test tables leave it out."""
     out = {}
     for arg in arms:
         name, _, pattern = arg.partition("=")
         dirs = sorted(glob.glob(pattern))
         if not name or not dirs:
-            raise SystemExit(f"climb_table.py: error: {arg!r}: want ARM=GLOB matching run directories")
+            raise ValueError(f"{arg!r}: want ARM=GLOB matching climb run directories")
+        if name in out:
+            raise ValueError(f"{arg!r}: arm {name!r} is named twice; give each arm one glob (e.g. {name}=a/s?)")
+        for d in dirs:
+            if not (Path(d) / "climb.jsonl").is_file():
+                what = "not a directory" if not Path(d).is_dir() else "no climb.jsonl"
+                raise ValueError(f"{d}: {what}; arm {name}'s glob {pattern!r} must match climb run directories only")
         out[name] = [({r["round"]: r for r in runs.read_log(Path(d) / "climb.jsonl")},
                       {r["round"]: r for r in runs.read_log(Path(d) / "test.jsonl")}) for d in dirs]
+        for d, (climb, test) in zip(dirs, out[name]):
+            if set(climb) - set(test):
+                print(f"note: {d}: rounds {', '.join(map(str, sorted(set(climb) - set(test))))} not in test.jsonl "
+                      f"(climb.py --test); the test tables show only the rounds every seed of arm {name} has "
+                      f"tested", file=sys.stderr)
     return out
 
 
@@ -186,7 +200,7 @@ def rounds_table(arms):
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print("usage: climb_table.py ARM=GLOB [ARM=GLOB ...]\n\n" + __doc__.strip())
         return
     arms = load(args)
     endpoint_table(arms)
@@ -203,4 +217,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli.run_main(main, "climb_table.py")

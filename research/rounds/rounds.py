@@ -590,9 +590,11 @@ def start_run(cfg, out):
     if cfg.resume:
         runs.check_out(out, "rounds", resume=True)
         runs.check_resume(config_path, dataclasses.asdict(cfg), RESUMABLE, RoundsConfig)
+        runs.check_rounds_left(out, len(runs.read_log(out / "rounds.jsonl")) - 1, cfg.rounds)
     runs.claim(out, "rounds", resume=cfg.resume)  # held until this process ends
-    runs.write_json(config_path, dict(dataclasses.asdict(cfg), code_version=runs.code_version()))
-    return runs.read_log(out / "rounds.jsonl", repair=True)
+    rows = runs.read_log(out / "rounds.jsonl", repair=True)
+    runs.write_config(config_path, dataclasses.asdict(cfg), cfg.resume, RESUMABLE)  # a resume keeps the first's
+    return rows
 
 
 def load_policy(path, device):

@@ -57,7 +57,25 @@ def mean(xs):
 
 
 def rows_of(run_dir):
-    return [json.loads(x) for x in (Path(run_dir) / "rounds.jsonl").read_text().splitlines() if x.strip()]
+    """A rounds run's rows (rounds.jsonl); a path that is no rounds run, or one without a row, is an error naming it."""
+    import runs
+    path = Path(run_dir) / "rounds.jsonl"
+    if not path.is_file():
+        what = "no rounds.jsonl" if Path(run_dir).is_dir() else "not a directory"
+        raise ValueError(f"{run_dir}: {what}; give rounds.py run directories")
+    rows = runs.read_log(path)
+    if not rows:
+        raise ValueError(f"{path}: no rows yet (round 0's is written once its evaluation ends)")
+    return rows
+
+
+def config_of(run_dir):
+    """A run's config.json, or an error naming it."""
+    import runs
+    cfg = runs.read_json_object(Path(run_dir) / "config.json")
+    if not cfg:
+        raise ValueError(f"{Path(run_dir) / 'config.json'}: missing or not a JSON object; give run directories")
+    return cfg
 
 
 def accuracy_ci(row, mode):  # "0.512 [0.45, 0.57]": a mode's accuracy and its 95% interval
@@ -86,12 +104,25 @@ def table(run_dir):
 
 
 def saved_checkpoints(run_dir):
-    """{step: cumulative FLOPs} of the checkpoints a train_rl run saved."""
+    """{step: cumulative FLOPs} of the checkpoints a train_rl run saved: from metrics.jsonl, or for a checkpoint an
+    interrupt saved before its step was logged, from its trainer state (runs.unlogged)."""
+    import runs
     run_dir = Path(run_dir)
-    at = {r["step"]: r["flops"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-          if "flops" in r}
-    return {int(p.name[5:]): at[int(p.name[5:])] for p in (run_dir / "checkpoints").glob("step_*")
-            if p.name[5:].isdigit()}
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise ValueError(f"{run_dir}: no metrics.jsonl; give train_rl.py run directories")
+    at = {r["step"]: r["flops"] for r in runs.read_log(run_dir / "metrics.jsonl") if "flops" in r}
+    for step in runs.checkpoint_steps(run_dir):
+        if step not in at:
+            ckpt = run_dir / "checkpoints" / f"step_{step}"
+            try:
+                pending = runs.unlogged(ckpt) or {}
+            except (OSError, ValueError):
+                pending = {}
+            if "flops" not in pending.get("metrics", {}):
+                raise ValueError(f"{ckpt}: its step is neither in metrics.jsonl nor in its trainer state; resume the "
+                                 f"run (train_rl.py --resume) or move the checkpoint away")
+            at[step] = pending["metrics"]["flops"]
+    return {step: at[step] for step in runs.checkpoint_steps(run_dir)}
 
 
 def checkpoint_at(run_dir, flops):
@@ -102,12 +133,25 @@ def checkpoint_at(run_dir, flops):
 def evaluate_with(model, out, rounds_config, **override):
     """Row 0 of `rounds.py --rounds 0` on `model`: the rounds run's own evaluation of both modes (flags in
     `override` replaced), cached in `out`."""
+    import os
+    import shutil
     from research.rounds import rounds as R
-    settings = {**{k: rounds_config[k] for k in EVAL_FLAGS}, **override}
-    if not (Path(out) / "rounds.jsonl").exists():
+    settings, out = {**{k: rounds_config[k] for k in EVAL_FLAGS}, **override}, Path(out)
+    if out.exists() and not (out / "rounds.jsonl").is_file():
+        raise ValueError(f"{out}: where this evaluation is cached holds something else (a file, or a half-made "
+                         f"evaluation of an older rounds_table.py); move it away to evaluate again")
+    if not out.exists():  # made under a temporary name, then renamed: an interrupt never leaves half a cache
+        tmp = out.with_name(f".{out.name}.tmp")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"{out.parent}: cannot hold the evaluation cache ({e.strerror}: a file is in the way); "
+                             f"move it away") from None
+        shutil.rmtree(tmp, ignore_errors=True)  # an interrupted evaluation's
         flags = [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", str(v))]
-        R.main(["--model", str(model), *flags, "--rounds", "0", "--test-dataset", "", "--out", str(out)])
-    saved = json.loads((Path(out) / "config.json").read_text())
+        R.main(["--model", str(model), *flags, "--rounds", "0", "--test-dataset", "", "--out", str(tmp)])
+        os.replace(tmp, out)
+    saved = config_of(out)
     if any(saved[k] != v for k, v in settings.items()):
         raise ValueError(f"{out}: cached with other evaluation settings; move it away to evaluate again")
     return rows_of(out)[0]
@@ -161,7 +205,7 @@ def mean_table(rounds_dirs, baseline_dirs=()):
     """Rounds (mean over seeds), beside the baseline at the FLOPs of each round (seed i against seed i) when
     baseline_dirs are given."""
     runs = [rows_of(d) for d in rounds_dirs]
-    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    configs = [config_of(d) for d in rounds_dirs]
     k = configs[0]["eval_samples"] or configs[0]["samples"]
     groups = list(runs[0][0]["fast_by_group"])
     head = ["round", "method", "FLOPs (mean)", "fast, mean [95% t]", f"deliberate@{k}", f"pass@{k}",
@@ -258,7 +302,7 @@ def baseline_paired_table(rounds_dirs, baseline_dirs):
     """--baseline with --paired: each round minus the baseline checkpoint nearest its FLOPs (mean_table's match,
     seed i against seed i), in both modes, paired over problems and seeds."""
     runs = [rows_of(d) for d in rounds_dirs]
-    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    configs = [config_of(d) for d in rounds_dirs]
     head = ["round", "FLOPs: rounds / baseline", "baseline steps", "fast: rounds - baseline [95% bootstrap]",
             "deliberate: rounds - baseline [95% bootstrap]"]
     lines = [f"{len(rounds_dirs)} seeds", "| " + " | ".join(head) + " |", "| ---: | ---: | ---: | --- | --- |"]
@@ -294,7 +338,7 @@ def held_out_table(rounds_dirs, baseline_dirs=()):
     with baseline_dirs, the baseline checkpoint nearest the last round's FLOPs (seed i against seed i), both
     evaluated by the same protocol: each policy's mean over seeds per mode and per group, then the paired
     differences over problems and seeds, overall and per group (is a rung kept? is the lead real?)."""
-    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    configs = [config_of(d) for d in rounds_dirs]
     tested = [json.loads((Path(d) / "test.json").read_text())["round"] for d in rounds_dirs]
     if len(set(tested)) > 1 or any(not c["test_dataset"] for c in configs):
         raise ValueError(f"--test: each run needs its test.json from the same last round (rounds {tested})")
@@ -357,10 +401,10 @@ def after_table(rounds_dirs, after_dirs):
     on seed i): every checkpoint all of them saved, evaluated by the rounds' own protocol, its FLOPs added to the
     rounds', and its rise over the last round in both modes, paired over problems and seeds."""
     runs = [rows_of(d) for d in rounds_dirs]
-    configs = [json.loads((Path(d) / "config.json").read_text()) for d in rounds_dirs]
+    configs = [config_of(d) for d in rounds_dirs]
     last = min(len(rows) for rows in runs) - 1
     for rounds_dir, after_dir in zip(rounds_dirs, after_dirs):  # a mispaired run would compare other policies
-        start = json.loads((Path(after_dir) / "config.json").read_text())["model"]
+        start = config_of(after_dir)["model"]
         if Path(start).resolve() != (Path(rounds_dir) / f"round_{last}").resolve():
             raise ValueError(f"--after: {after_dir} starts from {start}, not {rounds_dir}/round_{last}")
     k = configs[0]["eval_samples"] or configs[0]["samples"]
@@ -393,7 +437,7 @@ def again_at(run_dir, temperature):
     """Each round's pi_N (round 0: the run's starting model) evaluated again with the deliberate mode at
     `temperature` (fast greedy is unchanged): (its config, its rows, the new rows), cached in <run>/rounds_eval/T<t>."""
     rows = rows_of(run_dir)
-    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    cfg = config_of(run_dir)
     return cfg, rows, [evaluate_with(Path(run_dir) / f"round_{r['round']}" if r["round"] else cfg["model"],
                                 Path(run_dir) / "rounds_eval" / f"T{temperature:g}" / f"round_{r['round']}", cfg,
                                 temperature=temperature) for r in rows]
@@ -442,6 +486,10 @@ def sources_table(run_dirs, level):
     (sample: the first k; adaptive: adaptive k; hint: rationalization), the problems hinted, and the fast accuracy
     there."""
     runs = [rows_of(d) for d in run_dirs]
+    groups = {g for rows in runs for x in rows for g in x["fast_by_group"]}
+    if str(level) not in groups:
+        raise ValueError(f"--sources {level}: no rung or group {level} in these runs (they have "
+                         f"{', '.join(sorted(groups, key=lambda g: (len(g), g)))})")
     sources = ("sample", "adaptive", "hint")
     head = ["round", *[f"traces from {s}" for s in sources], "problems hinted", f"fast accuracy, rung {level}"]
     lines = [f"rung {level}, mean of {len(runs)} runs", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
@@ -472,7 +520,7 @@ def compute_table(run_dirs):
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="rounds.py run directories (with --baseline: one per seed, in seed order)")
     ap.add_argument("--baseline", nargs="+", default=None, help="train_rl.py run directories, one per rounds run")
@@ -494,7 +542,7 @@ if __name__ == "__main__":
     ap.add_argument("--test", action="store_true",
                     help="the test split (test.json, the last round) beside the start and, with --baseline, the "
                          "baseline at the last round's FLOPs, each evaluated once; paired differences per group")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for flag, dirs in (("--baseline", args.baseline), ("--after", args.after), ("--versus", args.versus)):
         if dirs and len(dirs) != len(args.runs):
             ap.error(f"{flag}: {len(dirs)} runs for {len(args.runs)} rounds runs (one per seed)")
@@ -517,5 +565,10 @@ if __name__ == "__main__":
         else:
             print(mean_table(args.runs, args.baseline or ()) if args.baseline or args.mean
                   else "\n\n".join(table(d) for d in args.runs))
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         ap.error(str(e))
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run_main(main, "rounds_table.py")  # Ctrl-C: one line, exit 130
