@@ -13,8 +13,9 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
 
-Each formula is written out below; while `use_kernels` is True (the default) the same math runs through the
-hand-written kernels of model_kernels.py instead: fewer ops, less memory, the numbers every run was measured with.
+Each formula is written out below, and it is what runs. `use_kernels = True` (train_rl.py --kernels) sends the same
+math through the hand-written kernels of model_kernels.py instead: fewer ops, and log-probs whose (B, T, vocab)
+logits never exist whole (README, "When --kernels pays").
 """
 
 import json
@@ -28,7 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 import model_kernels
 
-use_kernels = True  # False: the formulas below, not model_kernels.py (tests/test_model_kernels.py compares the two)
+use_kernels = False  # True: model_kernels.py in place of the formulas below (tests/test_model_kernels.py compares)
 
 # -----------------------------------------------------------------------------
 # Config: field names are the Hugging Face config.json names.
@@ -248,10 +249,15 @@ def rope_cos_sin(positions, head_dim, theta, dtype):
     return torch.cat([cos, cos], -1)[:, :, None].to(dtype), torch.cat([-sin, sin], -1)[:, :, None].to(dtype)
 
 
+def swap_halves(x):  # (x1, x2) -> (x2, x1) on the last axis: Qwen's RoPE pairs the two halves of a head
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x2, x1], dim=-1)
+
+
 def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
     if use_kernels:
         return model_kernels.RotaryFunction.apply(x, cos, sin)
-    return x * cos + model_kernels.swap_halves(x) * sin
+    return x * cos + swap_halves(x) * sin
 
 
 class Linear(nn.Linear):

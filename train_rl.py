@@ -45,6 +45,7 @@ import distributed as D
 import evaluate
 import looped
 import lora
+import model
 import objectives
 import problems
 import reward
@@ -75,6 +76,8 @@ class SpeedConfig:
                                               "accumulation)", range="[1, inf)")
     skip_zero_advantage: bool = speed_arg(True, "leave rows with zero advantage out of the backward (same gradient)")
     grad_checkpointing: bool = speed_arg(False, "recompute activations in backward to save memory")
+    kernels: bool = speed_arg(False, "model.py's formulas through model_kernels.py's hand-written kernels: the same "
+                                     "math in fewer ops, the log-probs' logits never whole (README: when it pays)")
 
 
 @dataclass
@@ -439,6 +442,7 @@ def train(cfg):
     check_config(cfg)
     device = D.setup_distributed(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     runs.set_threads(cfg.threads, device)
+    model.use_kernels = cfg.kernels
     run_dir = Path(cfg.out or f"runs/{cfg.objective}-{Path(cfg.model).name}")
     runs.check_out(run_dir, "train", cfg.resume)
     if cfg.resume:
