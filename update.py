@@ -102,12 +102,11 @@ def checked_loss(loss, logp, policy):
 
 
 def apply_gradients(policy, optimizer, grad_clip, nonfinite):
-    """Sum the ranks' gradients, clip their norm and take the AdamW step; returns the norm, or None when the
-    update is skipped (a non-finite loss on any rank, or gradient): logged, never applied or saved."""
-    if D.world_size() > 1:  # several processes: sum their gradients (distributed.py)
-        D.all_reduce_gradients(policy)
+    """Clip the gradients' norm and take the AdamW step; returns the norm, or None when the update is skipped (a
+    non-finite loss on any rank, or gradient): logged, never applied or saved."""
     params = [p for p in policy.parameters() if p.requires_grad]
-    grad_norm = D.whole(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
     if nonfinite or not torch.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         return None
@@ -122,6 +121,8 @@ def policy_update(run, rows, n_sequences, n_tokens):
     hold this rank's share of it), so every micro-batch's loss is its share."""
     cfg, policy = run.cfg, run.policy
     loss_of = OBJECTIVES[cfg.objective].loss
+    if run.world > 1:  # several processes: this rank trains its share of the rows (distributed.py)
+        rows = D.rank_share(rows)
     batches = micro_batches(rows, cfg.micro_batch_tokens)
     if cfg.fsdp:  # every rank runs as many passes as the others (distributed.py)
         batches = D.pad_micro_batches(batches, policy)
@@ -142,9 +143,8 @@ def policy_update(run, rows, n_sequences, n_tokens):
                 break
             loss.backward()
             add_token_stats(sums, loss, b, entropy, cfg)
-        # each rank saw its share of the batch: add up the shares, and skip the update on every rank or on none
-        *totals, stats["nonfinite"] = D.reduce_numbers([*sums.values(), stats["nonfinite"]])
-        sums = dict(zip(sums, totals))
+        if run.world > 1:  # each rank saw its share of the batch: add up the shares and the gradients
+            sums, stats["nonfinite"] = D.sum_over_ranks(policy, sums, stats["nonfinite"])
         grad_norm = apply_gradients(policy, run.optimizer, cfg.grad_clip, stats["nonfinite"])
         if grad_norm is None:
             stats["nonfinite"] = True
@@ -188,6 +188,7 @@ def sft_update(policy, optimizer, examples, cfg, device, pad_id):
         loss.backward()
         total, seen = total + loss.item(), seen + int(mask.sum())
     total, seen, nonfinite = D.reduce_numbers([total, seen, nonfinite])
+    D.all_reduce_gradients(policy)  # (this line and the one above do nothing in one process)
     grad_norm = apply_gradients(policy, optimizer, cfg.grad_clip, nonfinite)
     optimizer.zero_grad(set_to_none=True)
     policy.eval()
