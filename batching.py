@@ -7,8 +7,8 @@ sample.generate comes here with `slots` (what evaluation uses) or `static` (what
 - generate_static: the same joins on a SlotCache, whose shapes never change, so its decode step (static_step) can
   be captured once in a CUDA graph and replayed.
 A row draws from its own generator, seeded by (its prompt's seed, its sample index), so its draws depend on its
-own tokens only and the completions are the chunked sampler's, whatever joins when (tests/test_batching.py). The prefill, the draw and the decode step
-are sample.py's, reached through its Request.
+own tokens only and the completions are the chunked sampler's, whatever joins when (tests/test_batching.py).
+The prefill, the draw and the decode step are sample.py's, reached through its Request.
 """
 
 import torch
@@ -117,7 +117,7 @@ def draw_live(request, logits, row_result, generators, steps, stop, results):
     if not len(live):
         return live, None
     ids = row_result[live]
-    token, done = request.draw(logits[live], [generators[i] for i in ids.tolist()], stop, results, ids)
+    token, done = request.draw(logits[live], generators, stop, results, ids)
     steps[ids] += 1
     finished = done | (steps[ids] >= request.max_new_tokens)
     if request.progress:

@@ -238,11 +238,9 @@ class RMSNorm(nn.Module):
 
 
 def rope_cos_sin(positions, head_dim, theta, dtype):
-    """Rotary tables (Su et al. 2021, RoFormer) for positions (B, T) -> cos, sin of shape (B, T, 1, head_dim).
-
-    Qwen rotates the two halves of a head (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), not adjacent pairs;
-    the returned sin carries that sign (-sin on the first half) so apply_rope is x * cos + swap(x) * sin.
-    """
+    """Rotary tables (Su et al. 2021, RoFormer) for positions (B, T) -> cos, sin of shape (B, T, 1, head_dim). Qwen
+    rotates the two halves of a head (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), not adjacent pairs; the
+    returned sin carries that sign (-sin on the first half) so apply_rope is x * cos + swap_halves(x) * sin."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
     angles = positions[..., None].float() * inv_freq  # (B, T, head_dim/2)
     cos, sin = angles.cos(), angles.sin()
@@ -349,10 +347,8 @@ class Qwen3(nn.Module):
         """Final-normed hidden states (B, T, hidden). With a cache, input_ids are the next T tokens."""
         B, T = input_ids.shape
         x = self.model.embed_tokens(input_ids)
-        if cache is None:
-            positions, mask = torch.arange(T, device=input_ids.device)[None].expand(B, T), None
-        else:
-            positions, mask = cache.positions(T), cache.attention_mask(T)
+        positions = torch.arange(T, device=input_ids.device)[None].expand(B, T) if cache is None else cache.positions(T)
+        mask = None if cache is None else cache.attention_mask(T)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
         x = self.decoder_layers(x, cos, sin, cache, mask)

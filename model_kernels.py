@@ -15,7 +15,6 @@ backward pass against finite differences (benchmarks/bench_model.py times traini
 import torch
 import torch.nn.functional as F
 
-import model as M  # its formulas' helpers (the two import each other; names are read at call time)
 
 # -----------------------------------------------------------------------------
 # RMSNorm, RoPE and attention
@@ -54,18 +53,19 @@ class RMSNormFunction(torch.autograd.Function):
 
 
 class RotaryFunction(torch.autograd.Function):
-    """y = x * cos + swap_halves(x) * sin in 3 ops each way (autograd on the formula takes ~10) and no saved
-    activations: swapping halves is its own transpose, so dL/dx = g * cos + swap_halves(g * sin)."""
+    """y = x * cos + swap_halves(x) * sin (model.apply_rope) in 3 ops each way (autograd on the formula takes ~10) and
+    no saved activations: swapping halves is its own transpose, so dL/dx = g * cos + swap_halves(g * sin). Here the
+    swap is a roll by half the head (the same permutation)."""
 
     @staticmethod
     def forward(ctx, x, cos, sin):
         ctx.save_for_backward(cos, sin)
-        return (x * cos).addcmul_(M.swap_halves(x), sin)
+        return (x * cos).addcmul_(x.roll(x.shape[-1] // 2, -1), sin)
 
     @staticmethod
     def backward(ctx, grad_y):
         cos, sin = ctx.saved_tensors
-        return M.swap_halves(grad_y * sin).addcmul_(grad_y, cos), None, None
+        return (grad_y * sin).roll(grad_y.shape[-1] // 2, -1).addcmul_(grad_y, cos), None, None
 
 
 def norm_rope_qk(q, k, q_norm, k_norm, cos, sin):

@@ -9,8 +9,15 @@ How a call runs:
    so they stop costing compute.
 4. Every generated token gets its log-probability under the distribution it was drawn from (the softmax at the
    temperature, cut by top-k/top-p and renormalized), which training's importance ratios need.
-Continuous batching (`slots`, what evaluation uses) and the static decode step (`static`, what `compile` means on
-CUDA) replace the chunks of steps 1-3 with rows that waiting prompts join: batching.py, the same completions.
+Engines, the completions the same in each: chunks (steps 1-3, generate_chunks), unless generate gets
+- `slots` (rows): continuous batching (batching.generate_slots, what evaluation uses): at most that many rows decode
+  together and waiting prompts take the places of finished rows, instead of chunks that each run until their
+  longest row; 0 picks the most rows the token budget holds;
+- `static=True`: continuous batching with one fixed shape per decode step (batching.generate_static, `slots` rows),
+  on CUDA captured in a CUDA graph. It is what `compile=True` means on CUDA (static=None: static exactly then).
+`compile=True` elsewhere runs the decode steps through torch.compile with dynamic shapes (one graph for every cache
+length and batch size); on a CPU that is slower and its first call compiles for minutes (research/sampler/README.md,
+"Continuous batching, the static step, `--compile`").
 
 Randomness is per row: sample j of prompt i draws with torch.multinomial from its own torch.Generator, seeded by
 (the prompt's seed, j). So a prompt's samples do not depend on which other prompts share its batch, on chunking,
@@ -58,6 +65,10 @@ def row_generators(seeds, n, device):
     return [torch.Generator(device).manual_seed((seed * 1_000_003 + j) % 2**63) for seed in seeds for j in range(n)]
 
 
+NOT_FINITE = ("the model's logits are not finite (NaN/inf): its weights or config.json (rope_theta, rms_norm_eps) "
+              "are broken, or training diverged; lower the learning rate or use another model")
+
+
 def sampling_logprobs(logits, temperature, top_p, top_k):
     """log q (B, vocab) of the distribution a row is drawn from: softmax(logits / temperature), cut to the top_k
     most probable tokens, then to the nucleus (Holtzman et al. 2020: the fewest most probable tokens whose mass
@@ -65,8 +76,7 @@ def sampling_logprobs(logits, temperature, top_p, top_k):
     z = logits / temperature if temperature != 1.0 else logits
     logq = z - z.logsumexp(-1, keepdim=True)
     if not torch.isfinite(logq.amax(-1)).all():  # NaN or inf logits make a row's every log-prob NaN
-        raise ValueError("the model's logits are not finite (NaN/inf): its weights or config.json (rope_theta, "
-                         "rms_norm_eps) are broken, or training diverged; lower the learning rate or use another model")
+        raise ValueError(NOT_FINITE)
     if 0 < top_k < logq.shape[-1]:
         kth = logq.topk(top_k, -1).values[:, -1:]
         logq = logq.masked_fill(logq < kth, float("-inf")).log_softmax(-1)
@@ -78,10 +88,9 @@ def sampling_logprobs(logits, temperature, top_p, top_k):
 
 
 def sample_next(logits, temperature, top_p, top_k, generators):
-    """Next token ids (B,) from logits (B, vocab), and their log-probs under the distribution they were drawn from
-    (the behaviour policy's: tempered and truncated as asked), which training's importance ratios divide by.
-    Greedy at temperature 0, its log-prob then the policy's own (temperature 1); else one torch.multinomial draw
-    per row from that row's generator."""
+    """Next token ids (B,) from logits (B, vocab), and their log-probs under the distribution drawn from (tempered and
+    cut as asked), which training's importance ratios divide by: greedy at temperature 0 (the log-prob then the
+    policy's own), else one torch.multinomial draw per row from that row's generator."""
     logq = sampling_logprobs(logits, temperature or 1.0, 1.0 if temperature == 0 else top_p, top_k)
     if temperature == 0:
         token = logits.argmax(-1)
@@ -106,8 +115,7 @@ def check_request(model, prompts, max_new_tokens, temperature, top_p, top_k, n, 
         raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    context = model.config.max_position_embeddings
-    vocab = model.config.vocab_size
+    context, vocab = model.config.max_position_embeddings, model.config.vocab_size
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompts[{i}] is empty")
@@ -147,9 +155,8 @@ PREFILL_TOKENS = 8192  # prompt tokens per prefill forward: bounds its activatio
 
 
 def prefill(model, prompts, n, room, pad_id):
-    """Left-pad and prefill the prompts once each, then repeat each prompt's cache row n times (a group shares
-    its prefill); returns (cache with `room` free slots, next-token logits (B * n, vocab)). Rows go through the
-    model PREFILL_TOKENS at a time, each piece written into its rows of the one cache."""
+    """Left-pad and prefill the prompts once each (PREFILL_TOKENS at a time), then repeat each prompt's cache row n
+    times (a group shares its prefill); returns (cache with `room` free slots, next-token logits (B * n, vocab))."""
     device = model.lm_head.weight.device
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
@@ -169,9 +176,10 @@ def prefill(model, prompts, n, room, pad_id):
 
 
 def draw_tokens(logits, temperature, top_p, top_k, generators, stop, results, result_ids):
-    """Sample the next token of each live row (generators: each row's), append it and its log-probability under
-    the distribution drawn from to the row's Completion; returns (tokens, which rows drew a stop token)."""
-    token, logp = sample_next(logits.float(), temperature, top_p, top_k, generators)
+    """Sample the next token of each live row (result_ids: its Completion's index in results and generators), append
+    it and its log-probability under the distribution drawn from; returns (tokens, which rows drew a stop token)."""
+    rows = [generators[r] for r in result_ids.tolist()]
+    token, logp = sample_next(logits.float(), temperature, top_p, top_k, rows)
     done = torch.isin(token, stop)
     for r, t, lp, d in zip(result_ids.tolist(), token.tolist(), logp.tolist(), done.tolist()):
         results[r].tokens.append(t)
@@ -233,9 +241,7 @@ def generate_chunk(model, request, chunk, decode):
     row_result = torch.arange(len(results), device=stop.device)  # result index of each cache row; -1 once finished
     for position in range(request.max_new_tokens):  # the completion's token index (not a training step)
         live = (row_result >= 0).nonzero().squeeze(-1)  # cache rows still generating
-        rows = row_result[live]
-        token, done = draw_tokens(logits[live], *request.sampling, [generators[r] for r in rows.tolist()], stop,
-                                  results, rows)
+        token, done = draw_tokens(logits[live], *request.sampling, generators, stop, results, row_result[live])
         if request.progress:
             request.progress(len(live), int(done.sum()))
         row_result[live[done]] = -1
@@ -259,13 +265,9 @@ def generate_chunks(model, request, token_budget, decode):
 
 
 def prompt_seeds(seed, count):
-    """One int seed per prompt: seed[i], or for an int seed (seed, i) made one number, so nearby seeds share no
-    streams; None draws a seed."""
-    if seed is None:
-        seed = int(torch.randint(2**31, ()))
-    if isinstance(seed, int):
-        seed = [(seed * 100_003 + i) % 2**63 for i in range(count)]
-    seeds = list(seed)
+    """One int seed per prompt: seed[i], or for an int seed (seed, i) made one number; None draws a seed."""
+    seed = int(torch.randint(2**31, ())) if seed is None else seed
+    seeds = [(seed * 100_003 + i) % 2**63 for i in range(count)] if isinstance(seed, int) else list(seed)
     if len(seeds) != count or not all(isinstance(s, int) for s in seeds):
         raise ValueError(f"seed must be an int or a list of {count} ints (one per prompt), got {seed!r}")
     return seeds
@@ -300,21 +302,10 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     """Complete each prompt (a list of token ids) n times; returns len(prompts) * n Completions, in order
     prompt 0 sample 0..n-1, prompt 1 sample 0..n-1, ...
 
-    temperature=0 is greedy. `seed` (an int, or one int per prompt) makes sampling reproducible: prompt i
-    is drawn with a hash of (seed, i), or with seed[i]; a prompt's samples depend on nothing else.
-    `token_budget` bounds the KV cache (rows x slots) of one chunk. `progress` is True for a progress line on
-    stderr, or a callable progress(tokens_done, rows_done, rows_total, seconds).
-
-    The engine, the completions the same in each: chunks (generate_chunks), unless
-    - `slots` (rows): continuous batching (batching.generate_slots): at most that many rows decode together and
-      waiting prompts take the places of finished rows, instead of chunks that each run until their longest row.
-      0 picks the most rows the token budget holds;
-    - `static=True`: continuous batching with one fixed shape per decode step (batching.generate_static, `slots`
-      rows), on CUDA captured in a CUDA graph. It is what `compile=True` means on CUDA (static=None: static
-      exactly then).
-    `compile=True` elsewhere runs the decode steps through torch.compile with dynamic shapes (one graph for every
-    cache length and batch size); on a CPU that is slower and its first call compiles for minutes
-    (research/sampler/README.md, "Continuous batching, the static step, `--compile`").
+    temperature=0 is greedy. `seed` (an int, or one int per prompt) makes sampling reproducible: prompt i is drawn
+    with (seed, i), or with seed[i]; a prompt's samples depend on nothing else. `token_budget` bounds the KV cache
+    (rows x slots) of one chunk. `progress`: True for a line on stderr, or progress(tokens, rows done, rows, seconds).
+    The engine (the module docstring's "Engines"): chunks, unless `slots` or `static` (batching.py); `compile`.
     """
     prompts = [list(p) for p in prompts]
     if not prompts:

@@ -199,7 +199,8 @@ def test_the_sampled_distribution_by_hand():
     assert set(token.tolist()) == {0, 1}
     torch.testing.assert_close(logp, kept[token])
     # top-k 3 then top-p 0.9 at temperature 1: (0.5, 0.3, 0.15) / 0.95 and 0.5/0.95 + 0.3/0.95 = 0.842 < 0.9
-    torch.testing.assert_close(S.sampling_logprobs(logits, 1.0, 0.9, 3)[0, :3].exp(), torch.tensor([0.5, 0.3, 0.15]) / 0.95)
+    top_k_then_p = S.sampling_logprobs(logits, 1.0, 0.9, 3)[0, :3].exp()
+    torch.testing.assert_close(top_k_then_p, torch.tensor([0.5, 0.3, 0.15]) / 0.95)
     assert set(draws(logits, top_k=3)[0].tolist()) == {0, 1, 2}
     assert set(draws(logits, top_p=0.7)[0].tolist()) == {0, 1}  # 0.5 < 0.7 needs the second token; 0.8 >= 0.7 stops
     token, logp = draws(logits, temperature=0, rows=2)  # greedy: the policy's own log-prob
