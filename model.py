@@ -13,6 +13,9 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
 
+A formula here is what runs, so a fork is an edit in place: RMSNorm without its learned scale, for example, is
+RMSNorm.forward's last line without `self.weight * ` (tests/test_forks.py applies it; the logged loss moves).
+
 Each formula is written out below, and it is what runs. `use_kernels = True` (train_rl.py --kernels) sends the same
 math through the hand-written kernels of model_kernels.py instead: fewer ops, and log-probs whose (B, T, vocab)
 logits never exist whole (README, "When --kernels pays").
