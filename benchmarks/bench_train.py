@@ -46,7 +46,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--layers", type=int, default=0, help="decoder layers of the 0.6B shape (0: its 28)")
     ap.add_argument("--kernels", action="store_true", help="model.py's formulas against model_kernels.py, side by side")
-    ap.add_argument("--main-steps", type=int, default=10, help="--kernels: steps of the main command per arm")
+    ap.add_argument("--main-steps", type=int, default=10, help="--kernels: steps of the main command per arm (0: none)")
+    ap.add_argument("--main-only", action="store_true", help="--kernels: only the main command")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     config = M.Qwen3Config(num_hidden_layers=2, hidden_size=128, intermediate_size=384) if args.quick else M.Qwen3Config()
@@ -94,6 +95,8 @@ def compare_kernels(run, args):
           f"the 0.6B widths, fp32; medians of {args.steps} per arm", flush=True)
     times = {k: {True: [], False: []} for k in ("sampling", "training", "generate")}
     totals = dict(generated_tokens=0, training_tokens=0, flops=0.0)
+    if args.main_only:
+        return compare_main_command(args)
     T.rl_step(run, 0, totals)  # warm-up
     for step in range(1, args.steps + 1):
         for kernels in ((True, False) if step % 2 else (False, True)):
@@ -114,6 +117,13 @@ def compare_kernels(run, args):
                times["sampling"][False])
     ratio_line("RL step: training", times["training"][True], times["training"][False])
     ratio_line("generate, batch 32, 32 tokens", times["generate"][True], times["generate"][False])
+    if args.main_steps:
+        compare_main_command(args)
+
+
+def compare_main_command(args):
+    """The README's main command cut to --main-steps steps, each arm a fresh process, ABBA; its seconds sampling and
+    training summed over the steps."""
     main = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for r, kernels in enumerate((True, False, False, True)):
