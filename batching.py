@@ -6,9 +6,9 @@ sample.generate comes here with `slots` (what evaluation uses) or `static` (what
   are prefilled and joined to the running KV cache (join), so a few long rows no longer hold a whole chunk;
 - generate_static: the same joins on a SlotCache, whose shapes never change, so its decode step (static_step) can
   be captured once in a CUDA graph and replayed.
-A row's draws depend only on (its prompt's seed, its sample index, its own token index), so the completions are
-the chunked sampler's, whatever joins when (tests/test_batching.py). The prefill, the draw and the decode step
-are sample.py's, reached through its Request.
+A row draws from its own generator, seeded by (its prompt's seed, its sample index), so its draws depend on its
+own tokens only and the completions are the chunked sampler's, whatever joins when (tests/test_batching.py).
+The prefill, the draw and the decode step are sample.py's, reached through its Request.
 """
 
 import torch
@@ -110,14 +110,14 @@ def wants_join(waiting, free, n_live, n, slots):
     return bool(waiting) and free >= n and (n_live == 0 or free >= max(n, JOIN_FRACTION * slots))
 
 
-def draw_live(request, logits, row_result, keys, steps, stop, results):
-    """The next token of every live row (row_result >= 0), counted by its own token index; rows that stop or
-    reach the budget are marked finished (-1). Returns (live rows, tokens)."""
+def draw_live(request, logits, row_result, generators, steps, stop, results):
+    """The next token of every live row (row_result >= 0), each from its own generator (by result index); rows
+    that stop or reach the budget are marked finished (-1). Returns (live rows, tokens)."""
     live = (row_result >= 0).nonzero().squeeze(-1)
     if not len(live):
         return live, None
     ids = row_result[live]
-    token, done = request.draw(logits[live], keys[ids], steps[ids], stop, results, ids)
+    token, done = request.draw(logits[live], generators, stop, results, ids)
     steps[ids] += 1
     finished = done | (steps[ids] >= request.max_new_tokens)
     if request.progress:
@@ -135,7 +135,7 @@ def generate_slots(model, request, token_budget, slots, decode):
     room = max(len(p) for p in request.prompts) + 2 * max_new_tokens  # a join can leave a row max_new_tokens behind
     slots = fit_slots(request, slots, token_budget, room)
     device = model.lm_head.weight.device
-    results, keys, stop = request.start(range(len(request.prompts)), device)  # keys by result index
+    results, generators, stop = request.start(range(len(request.prompts)), device)  # by result index
     steps = torch.zeros(len(results), dtype=torch.long, device=device)  # tokens drawn so far, by result index
     waiting, cache, logits = list(range(len(request.prompts))), None, None
     row_result = torch.empty(0, dtype=torch.long, device=device)  # result index of each cache row; -1 finished
@@ -155,7 +155,7 @@ def generate_slots(model, request, token_budget, slots, decode):
             logits = torch.cat([logits, new_logits]) if n_live else new_logits
             new_rows = torch.tensor([i * n + j for i in take for j in range(n)], dtype=torch.long, device=device)
             row_result = torch.cat([row_result, new_rows])
-        live, token = draw_live(request, logits, row_result, keys, steps, stop, results)
+        live, token = draw_live(request, logits, row_result, generators, steps, stop, results)
         if not len(live):
             return results
         if bool((row_result >= 0).any()):
@@ -195,7 +195,7 @@ def generate_static(model, request, token_budget, slots, graph):
     row_len = max(len(p) for p in request.prompts) + request.max_new_tokens  # a row's slots: it never moves
     slots = fit_slots(request, slots, token_budget, row_len)
     device = model.lm_head.weight.device
-    results, keys, stop = request.start(range(len(request.prompts)), device)  # keys by result index
+    results, generators, stop = request.start(range(len(request.prompts)), device)  # by result index
     steps = torch.zeros(len(results), dtype=torch.long, device=device)  # tokens drawn so far, by result index
     cache = model.new_cache(slots, row_len, kind=SlotCache)
     token = torch.full((slots, 1), pad_id, dtype=torch.long, device=device)  # the step's input buffer
@@ -214,7 +214,7 @@ def generate_static(model, request, token_budget, slots, graph):
                 cache.load(row, prefilled, i)
             logits[rows] = new_logits.to(logits.dtype)
             row_result[rows] = torch.tensor([i * n + j for i in take for j in range(n)], device=device)
-        live, drawn = draw_live(request, logits, row_result, keys, steps, stop, results)
+        live, drawn = draw_live(request, logits, row_result, generators, steps, stop, results)
         if not len(live):
             return results
         if bool((row_result >= 0).any()):

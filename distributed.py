@@ -89,6 +89,25 @@ def reduce_numbers(values, op="sum"):
     return [type(v)(x) for v, x in zip(values, t.tolist())]
 
 
+def shared_rollouts(sample_and_score, batch, seeds, tally):
+    """train_rl.sample_and_score over several processes: this rank samples and grades its share of the problems
+    (each with its own seed), and every rank gets every rollout back, so all make the same choices after; the tally's
+    checks with no verdict are summed over the ranks (its seconds stay this rank's)."""
+    errors = tally["unverified"]
+    rollouts = sample_and_score(rank_share(batch), rank_share(seeds))
+    tally["unverified"] = errors + sum(gather_lists([tally["unverified"] - errors]))
+    return gather_lists(rollouts)
+
+
+def sum_over_ranks(policy, sums, nonfinite):
+    """update.policy_update over several processes, after an epoch's micro-batches: the ranks' shares of the
+    statistics `sums` (a dict of numbers) and of the gradients added up, and the update skipped on every rank or on
+    none (nonfinite: any rank's). Returns (sums, nonfinite)."""
+    *totals, nonfinite = reduce_numbers([*sums.values(), nonfinite])
+    all_reduce_gradients(policy)
+    return dict(zip(sums, totals)), nonfinite
+
+
 def all_reduce_gradients(policy):
     """Sum the gradients over the ranks. One all-reduce per tensor after accumulation rather than DDP's hooks
     in backward, because ranks may run different numbers of micro-batches (or none). FSDP sums its own."""

@@ -13,8 +13,12 @@ loading a checkpoint is a strict `load_state_dict`, and saving writes files `tra
 One `forward` serves training (no cache, causal attention), prefill and decoding (a preallocated
 `KVCache` that owns the positions, with per-row left padding for ragged batches).
 
-Each formula is written out below; while `use_kernels` is True (the default) the same math runs through the
-hand-written kernels of model_kernels.py instead: fewer ops, less memory, the numbers every run was measured with.
+A formula here is what runs, so a fork is an edit in place: RMSNorm without its learned scale, for example, is
+RMSNorm.forward's last line without `self.weight * ` (tests/test_forks.py applies it; the logged loss moves).
+
+Each formula is written out below, and it is what runs. `use_kernels = True` (train_rl.py --kernels) sends the same
+math through the hand-written kernels of model_kernels.py instead: fewer ops, and log-probs whose (B, T, vocab)
+logits never exist whole (README, "When --kernels pays").
 """
 
 import json
@@ -28,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 import model_kernels
 
-use_kernels = True  # False: the formulas below, not model_kernels.py (tests/test_model_kernels.py compares the two)
+use_kernels = False  # True: model_kernels.py in place of the formulas below (tests/test_model_kernels.py compares)
 
 # -----------------------------------------------------------------------------
 # Config: field names are the Hugging Face config.json names.
@@ -237,21 +241,24 @@ class RMSNorm(nn.Module):
 
 
 def rope_cos_sin(positions, head_dim, theta, dtype):
-    """Rotary tables (Su et al. 2021, RoFormer) for positions (B, T) -> cos, sin of shape (B, T, 1, head_dim).
-
-    Qwen rotates the two halves of a head (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), not adjacent pairs;
-    the returned sin carries that sign (-sin on the first half) so apply_rope is x * cos + swap(x) * sin.
-    """
+    """Rotary tables (Su et al. 2021, RoFormer) for positions (B, T) -> cos, sin of shape (B, T, 1, head_dim). Qwen
+    rotates the two halves of a head (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), not adjacent pairs; the
+    returned sin carries that sign (-sin on the first half) so apply_rope is x * cos + swap_halves(x) * sin."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
     angles = positions[..., None].float() * inv_freq  # (B, T, head_dim/2)
     cos, sin = angles.cos(), angles.sin()
     return torch.cat([cos, cos], -1)[:, :, None].to(dtype), torch.cat([-sin, sin], -1)[:, :, None].to(dtype)
 
 
+def swap_halves(x):  # (x1, x2) -> (x2, x1) on the last axis: Qwen's RoPE pairs the two halves of a head
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x2, x1], dim=-1)
+
+
 def apply_rope(x, cos, sin):  # x: (B, T, H, D); cos, sin from rope_cos_sin
     if use_kernels:
         return model_kernels.RotaryFunction.apply(x, cos, sin)
-    return x * cos + model_kernels.swap_halves(x) * sin
+    return x * cos + swap_halves(x) * sin
 
 
 class Linear(nn.Linear):
@@ -343,10 +350,8 @@ class Qwen3(nn.Module):
         """Final-normed hidden states (B, T, hidden). With a cache, input_ids are the next T tokens."""
         B, T = input_ids.shape
         x = self.model.embed_tokens(input_ids)
-        if cache is None:
-            positions, mask = torch.arange(T, device=input_ids.device)[None].expand(B, T), None
-        else:
-            positions, mask = cache.positions(T), cache.attention_mask(T)
+        positions = torch.arange(T, device=input_ids.device)[None].expand(B, T) if cache is None else cache.positions(T)
+        mask = None if cache is None else cache.attention_mask(T)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
         x = self.decoder_layers(x, cos, sin, cache, mask)

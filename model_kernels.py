@@ -1,8 +1,8 @@
 """
 Hand-written kernels for model.py: the same math as its textbook formulas, in fewer ops and less memory.
 
-model.py calls these while `model.use_kernels` is True (the default: every run's numbers come from them); with it
-False it runs the formulas as written. tests/test_model_kernels.py checks each kernel against its formula and its
+model.py calls these while `model.use_kernels` is True (train_rl.py --kernels); by default it runs the formulas as
+written. tests/test_model_kernels.py checks each kernel against its formula and its
 backward pass against finite differences (benchmarks/bench_model.py times training with them).
 
 - RMSNorm, RoPE and the LM head's log-probs are autograd Functions with hand-written backward passes: fewer
@@ -14,6 +14,7 @@ backward pass against finite differences (benchmarks/bench_model.py times traini
 
 import torch
 import torch.nn.functional as F
+
 
 # -----------------------------------------------------------------------------
 # RMSNorm, RoPE and attention
@@ -51,24 +52,20 @@ class RMSNormFunction(torch.autograd.Function):
         return g.addcmul_(x_hat, dot.unsqueeze(-1).div_(-x_hat.shape[-1])).mul_(rstd), grad_w, None
 
 
-def swap_halves(x):  # (x1, x2) -> (x2, x1) on the last axis: Qwen's RoPE pairs the two halves of a head
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x2, x1], dim=-1)
-
-
 class RotaryFunction(torch.autograd.Function):
-    """y = x * cos + swap_halves(x) * sin in 3 ops each way (autograd on the formula takes ~10) and no saved
-    activations: swapping halves is its own transpose, so dL/dx = g * cos + swap_halves(g * sin)."""
+    """y = x * cos + swap_halves(x) * sin (model.apply_rope) in 3 ops each way (autograd on the formula takes ~10) and
+    no saved activations: swapping halves is its own transpose, so dL/dx = g * cos + swap_halves(g * sin). Here the
+    swap is a roll by half the head (the same permutation)."""
 
     @staticmethod
     def forward(ctx, x, cos, sin):
         ctx.save_for_backward(cos, sin)
-        return (x * cos).addcmul_(swap_halves(x), sin)
+        return (x * cos).addcmul_(x.roll(x.shape[-1] // 2, -1), sin)
 
     @staticmethod
     def backward(ctx, grad_y):
         cos, sin = ctx.saved_tensors
-        return swap_halves(grad_y * sin).addcmul_(grad_y, cos), None, None
+        return (grad_y * sin).roll(grad_y.shape[-1] // 2, -1).addcmul_(grad_y, cos), None, None
 
 
 def norm_rope_qk(q, k, q_norm, k_norm, cos, sin):

@@ -12,7 +12,11 @@ nothing and the gradient is REINFORCE with the group mean as baseline.
 Adding an objective is this file and its test: write its advantage function ((rewards, passed, cfg) -> (P, G))
 and/or its loss ((MicroBatch, cfg) -> this micro-batch's share of the batch loss), add a row to OBJECTIVES, and,
 if it has a knob, a field to ObjectiveConfig. The flag's choices and help, `python objectives.py` and
-research/objectives/compare_objectives.py all read the table.
+research/objectives/compare_objectives.py all read the table. Plain REINFORCE (Williams 1992), for example, pays
+each sample its reward with no baseline; one row (tests/test_forks.py applies it and runs the main command):
+
+    "reinforce": Objective(lambda r, passed, cfg: r.clone(), drgrpo_loss, "Williams 1992, REINFORCE",
+                           "the reward itself as the advantage: no baseline"),
 """
 
 import math

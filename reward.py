@@ -9,11 +9,13 @@ verdict, or under the controls --reward random / format (Shao et al. 2025, "Spur
 "has a final \\boxed{}". `correct` always stays the verifier's, for the logged accuracy.
 
 Adding a term is this file and its test: one function (rollout, cfg) -> float, one row in TERMS, and, if it has a
-knob, one field in RewardConfig. A length penalty, for example (Team Kimi 2025, k1.5, sec. 2.3.3, simplified):
+knob, one field in RewardConfig (a term whose knob is 0 is not run). A length penalty, for example (Team Kimi 2025,
+k1.5, sec. 2.3.3, simplified; tests/test_forks.py applies it and runs the main command and evaluate.py):
 
     def length_penalty(r, cfg):
         return -cfg.length_coef * len(r.tokens) / cfg.max_new_tokens
-    "length": Term(length_penalty, "Team Kimi 2025, Kimi k1.5, sec. 2.3.3", "-coef x the share of the budget used"),
+    "length": Term(length_penalty, "Team Kimi 2025, Kimi k1.5, sec. 2.3.3", "-coef x the share of the budget used",
+                   knob="length_coef"),
     length_coef: float = arg(0.0, "length penalty: the reward falls by X at the full budget", range="[0, inf)")
 
 The flag, its help and this table follow by themselves.
@@ -63,10 +65,8 @@ def check(cfg):
 
 
 def control_pass(kind, r):
-    """The verifier's verdict, a fair coin seeded by the rollout's sampling seed and index in its group (so runs
-    repeat), or 'has a final boxed answer' whatever it says."""
-    if kind == "verifier":
-        return r.correct
+    """The controls' success: a fair coin seeded by the rollout's sampling seed and index in its group (so runs
+    repeat), or 'has a final boxed answer' whatever the verifier says."""
     if kind == "format":
         return r.boxed
     gen = torch.Generator().manual_seed((r.seed * 1_000_003 + r.sample) % 2**63)
@@ -118,19 +118,24 @@ class Term:
     paper: str  # where it comes from
     what: str  # what it pays, in a line
     needs_kl: bool = False  # paid once the reference model has scored the rollout (add_kl), not at grading
+    knob: str = ""  # the setting that turns it on: while it is 0 the term pays nothing and is not run
 
 
 TERMS = {
     "correctness": Term(correctness, "DeepSeek-AI 2025, DeepSeek-R1, sec. 2.2.2 (accuracy reward)",
                         "1 if the rollout passed (the verifier's verdict, or --reward random / format's), else 0"),
     "format": Term(format_penalty, "DeepSeek-AI 2025, DeepSeek-R1, sec. 2.2.2 (format reward)",
-                   "-(--format-penalty) without a final \\boxed{} answer (--reward verifier only)"),
+                   "-(--format-penalty) without a final \\boxed{} answer (--reward verifier only)",
+                   knob="format_penalty"),
     "overlong": Term(overlong_penalty, "Yu et al. 2025, DAPO, eq. 13",
-                     "0, then linear down to -1 over the last --overlong-buffer tokens of the budget"),
+                     "0, then linear down to -1 over the last --overlong-buffer tokens of the budget",
+                     knob="overlong_buffer"),
     "prefix": Term(prefix_credit, "Sun et al. 2025, RL Grokking Recipe (arXiv 2509.21016), the dense-reward phase",
-                   "--prefix-credit x the share of the worked lines right before the first error, failed rollouts"),
+                   "--prefix-credit x the share of the worked lines right before the first error, failed rollouts",
+                   knob="prefix_credit"),
     "kl": Term(kl_penalty, "Hu et al. 2025, REINFORCE++; Ouyang et al. 2022, InstructGPT, eq. 2",
-               "-(--kl-coef) x the rollout's summed KL to the reference (--kl-in reward)", needs_kl=True),
+               "-(--kl-coef) x the rollout's summed KL to the reference (--kl-in reward)", needs_kl=True,
+               knob="kl_coef"),
 }
 
 
@@ -138,7 +143,7 @@ def pay(r, cfg, needs_kl):
     """The sum of the terms paid at grading (needs_kl False) or after the reference's pass (True), in table order."""
     total = 0.0
     for term in TERMS.values():
-        if term.needs_kl == needs_kl:
+        if term.needs_kl == needs_kl and (not term.knob or getattr(cfg, term.knob)):
             total += term.pay(r, cfg)
     return total
 
@@ -153,14 +158,14 @@ def score(rollouts, cfg):
     correct = verify.grade_with(cfg.grader, [r.text for r in rollouts], [r.problem for r in rollouts])
     for r, ok in zip(rollouts, correct, strict=True):
         r.correct, r.boxed = bool(ok), verify.extract_answer(r.text) is not None
-        r.passed = control_pass(cfg.reward, r)
+        r.passed = r.correct if cfg.reward == "verifier" else control_pass(cfg.reward, r)
         r.reward = pay(r, cfg, needs_kl=False)
 
 
 def record_reward(correct, boxed):
     """The reward an evaluation record shows for a graded text: the terms paid at grading, at training's defaults
-    (RewardConfig's; no budget, so no overlong term), for the verdict and whether it boxed an answer."""
-    cfg = SimpleNamespace(**vars(RewardConfig()), max_new_tokens=0)
+    (RewardConfig's; an unbounded budget, so no overlong term), for the verdict and whether it boxed an answer."""
+    cfg = SimpleNamespace(**vars(RewardConfig()), max_new_tokens=float("inf"))
     return pay(SimpleNamespace(passed=correct, boxed=boxed, tokens=()), cfg, needs_kl=False)
 
 

@@ -47,6 +47,7 @@ import guards
 import looped
 import lora
 import memory
+import model
 import objectives
 import problems
 import reward
@@ -79,6 +80,8 @@ class SpeedConfig:
                                               "accumulation)", range="[1, inf)")
     skip_zero_advantage: bool = speed_arg(True, "leave rows with zero advantage out of the backward (same gradient)")
     grad_checkpointing: bool = speed_arg(False, "recompute activations in backward to save memory")
+    kernels: bool = speed_arg(False, "model.py's formulas through model_kernels.py's hand-written kernels: the same "
+                                     "math in fewer ops, the log-probs' logits never whole (README: when it pays)")
 
 
 @dataclass
@@ -156,10 +159,79 @@ class Run:
     train_set: list  # the training pool's problem rows
     device: str
     selection: dict  # the data state (curriculum.new_selection): 'pass_rates' and 'replay', each when on
+    world: int = 1  # processes (torchrun): above 1, sampling and the update go through distributed.py
 
 
 # -----------------------------------------------------------------------------
-# 1. Problems: the order a step draws them in (the pools and the validation split: problems.load_pools)
+# One RL step, steps 1-7 in order; below it, the functions it calls, in the order it calls them
+
+
+def rl_step(run, step, totals):
+    """Problems -> rollouts -> rewards -> advantages -> loss -> AdamW step; returns (the rollouts drawn, the step's
+    metrics with the compute totals so far). totals: the compute before this step (add_compute)."""
+    cfg = run.cfg
+    set_lr(run.optimizer, lr_at(step, cfg))
+    # 1-4. P problems -> prompts -> G samples each -> graded, rewarded (the options: draw_rollouts)
+    drawn, batch, replayed, tally = draw_rollouts(run, step)
+    t0 = time.time()
+    if run.reference is not None and cfg.kl_in == "reward":
+        add_reference_kl(run, batch)
+    # 5. advantages, per group of G, from the rewards and from what passed (the verdict, or a control's)
+    rewards = torch.tensor([r.reward for r in batch], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
+    passed = torch.tensor([r.passed for r in batch], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
+    advantages = OBJECTIVES[cfg.objective].advantages(rewards, passed, cfg) if batch else rewards  # (P, G)
+    for r, a in zip(batch, advantages.flatten().tolist()):
+        r.advantage = a
+    # 6. loss and AdamW step; a zero-advantage row adds nothing to the gradient unless a KL loss term needs it
+    kl_in_loss = run.reference is not None and cfg.kl_in == "loss"
+    trained = [r for r in batch if r.advantage != 0 or kl_in_loss or not cfg.skip_zero_advantage]
+    batch_tokens = sum(len(r.tokens) for r in batch)  # the token-level losses' denominator
+    stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
+    if trained:  # the denominators count the whole batch (P x G rows), dropped rows too: the same loss as without
+        stats = policy_update(run, trained, len(batch), batch_tokens)
+    if run.reference is not None and cfg.kl_in == "reward":
+        stats["kl"] = sum(r.kl for r in batch) / max(1, batch_tokens)
+    tally["training"] = time.time() - t0
+    if cfg.dispersion_every and (step + 1) % cfg.dispersion_every == 0:
+        stats["group_dispersion"] = group_dispersion(run.sampler, drawn, cfg.group_size)
+    stats.update(skipped=stats["nonfinite"] or not trained, tally=tally, replayed=replayed)
+    # 7. metrics
+    totals = add_compute(totals, drawn, stats["tokens"], cfg, run.policy.config)
+    return drawn, step_metrics(run, step, drawn, batch, stats, totals)
+
+
+def lr_at(step, cfg):
+    """Linear warmup, then constant / cosine / linear decay to zero; a function of the step alone (cfg: anything
+    with lr, warmup_steps, steps and schedule)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    if cfg.schedule == "cosine":
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
+    if cfg.schedule == "linear":
+        return cfg.lr * (1 - progress)
+    return cfg.lr
+
+
+def set_lr(optimizer, lr):
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)  # --loop-lr: the loop's group is scaled
+
+
+# -----------------------------------------------------------------------------
+# 1-4. Problems -> prompts -> G sampled completions each -> rewards (reward.py)
+
+
+def draw_rollouts(run, step):
+    """Steps 1-4 for one step: (every rollout drawn, the batch to learn from, groups given a replayed success, the
+    tally: seconds spent sampling and verifying, checks with no verdict). Plainly one draw: the epoch's P problems,
+    whose P groups of G are the batch. With an option of curriculum.py on, draw_with_options."""
+    cfg, tally = run.cfg, dict(sampling=0.0, verifying=0.0, unverified=0)
+    if run.selection or cfg.dynamic_sampling:
+        return draw_with_options(run, step, tally)
+    idx = problems_for_step(len(run.train_set), step, cfg.problems_per_step, cfg.seed)
+    rollouts = sample_and_score(run, [run.train_set[i] for i in idx], sampling_seeds(cfg, step, 0, len(idx)), tally)
+    return rollouts, list(rollouts), 0, tally
 
 
 def problems_for_step(n_train, step, per_step, seed):
@@ -172,29 +244,26 @@ def problems_for_step(n_train, step, per_step, seed):
     return out
 
 
-def choose_problems(run, step, draw, fresh):
-    """The problem selector: P indices for one draw of a step. Uniform by default: the epoch's permutation
-    (problems_for_step), and on dynamic sampling's extra draws a permutation seeded by (seed, step, draw), so a
-    resumed run draws the same. --select pass_rate: the pass-rate table's draw, leaving out the problems of the
-    groups already drawn this step (fresh)."""
-    cfg = run.cfg
-    gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)  # a function of the step
-    pass_rates = run.selection.get("pass_rates")
-    if pass_rates is not None:
-        return pass_rates.draw(cfg.problems_per_step, gen, exclude={pass_rates.index[g[0].problem["id"]] for g in fresh})
-    if draw == 0:
-        return problems_for_step(len(run.train_set), step, cfg.problems_per_step, cfg.seed)
-    return torch.randperm(len(run.train_set), generator=gen)[:cfg.problems_per_step].tolist()
-
-
-# -----------------------------------------------------------------------------
-# 2-3. Prompts -> token ids -> G sampled completions per problem
-
-
 def sampling_seeds(cfg, step, draw, n):
     """One seed per problem of a draw, from (seed, step, draw, position): a group's samples do not depend on
     which other problems share its batch or on which process draws it."""
     return [(((cfg.seed * 1_000_003 + step) * 1_009 + draw) * 100_003 + k) % 2**32 for k in range(n)]
+
+
+def sample_and_score(run, batch, seeds, tally):
+    """Steps 2-4 for a list of problems, each with its own seed: Rollouts, sampled and graded. Adds to tally's
+    sampling and verifying seconds, and its checks that ended with no verdict (verify.ERRORS)."""
+    if run.world > 1:  # several processes: each samples and grades its share, all get every rollout (distributed.py)
+        return D.shared_rollouts(lambda b, s: sample_and_score(dataclasses.replace(run, world=1), b, s, tally),
+                                 batch, seeds, tally)
+    t0, errors = time.time(), sum(verify.ERRORS.values())
+    rollouts = collect_rollouts(run.sampler, run.tokenizer, batch, run.cfg, seeds)
+    t1 = time.time()
+    reward.score(rollouts, run.cfg)  # sets correct, boxed, passed and reward
+    tally["sampling"] += t1 - t0
+    tally["verifying"] += time.time() - t1
+    tally["unverified"] += sum(verify.ERRORS.values()) - errors
+    return rollouts
 
 
 @dataclass
@@ -231,34 +300,55 @@ def collect_rollouts(sampler, tokenizer, batch, cfg, seeds):
 
 
 # -----------------------------------------------------------------------------
-# 4. Completions -> rewards (reward.py), and the draw with its options
+# 7. Metrics and compute
 
 
-def sample_and_score(run, batch, seeds, seconds):
-    """Steps 2-4 for a list of problems: each rank samples and grades its share, each problem with its own seed;
-    every rank gets the whole list back, so all make the same choices after. Adds to seconds' two timers."""
-    t0 = time.time()
-    rollouts = collect_rollouts(run.sampler, run.tokenizer, D.rank_share(batch), run.cfg, D.rank_share(seeds))
-    t1 = time.time()
-    reward.score(rollouts, run.cfg)  # sets correct, boxed, passed and reward
-    seconds["sampling"] += t1 - t0
-    seconds["verifying"] += time.time() - t1
-    return D.gather_lists(rollouts)
+def step_metrics(run, step, drawn, batch, stats, totals):
+    """One line of metrics.jsonl: rewards, accuracy, lengths, diversity, the update's statistics, seconds and the
+    compute totals so far. stats: policy_update's, with the step's tally (draw_rollouts') and replayed groups."""
+    cfg, G, n = run.cfg, run.cfg.group_size, len(drawn)
+    lengths = [len(r.tokens) for r in drawn]
+    mixed = [len({r.reward for r in drawn[i:i + G]}) > 1 for i in range(0, n, G)]  # groups with a signal
+    tally = stats["tally"]
+    return dict(
+        step=step + 1, reward_mean=sum(r.reward for r in drawn) / n, accuracy=sum(r.correct for r in drawn) / n,
+        format_failure_rate=sum(not r.boxed for r in drawn) / n,
+        direct_answer_rate=sum(is_direct_answer(r.text) for r in drawn) / n,
+        response_tokens_mean=sum(lengths) / n, response_tokens_max=max(lengths),
+        truncation_rate=sum(r.finish_reason == "length" for r in drawn) / n,
+        mixed_groups=sum(mixed) / len(mixed), draws=n // (G * cfg.problems_per_step), batch_groups=len(batch) // G,
+        **curriculum.selection_metrics(run.selection, stats["replayed"]), **group_diversity(drawn, G),
+        **({"group_dispersion": stats["group_dispersion"]} if "group_dispersion" in stats else {}),
+        entropy=stats["entropy"], clip_fraction=stats["clip_fraction"], **({"kl": stats["kl"]} if cfg.kl_coef else {}),
+        loss=stats["loss"], grad_norm=stats["grad_norm"], lr=lr_at(step, cfg),
+        skipped_update=stats["skipped"],
+        sampling_seconds=tally["sampling"], verifying_seconds=tally["verifying"],
+        training_seconds=tally["training"], tokens_per_second=sum(lengths) / max(tally["sampling"], 1e-9),
+        verifier_errors=tally["unverified"], **looped.loop_metrics(run.policy), **totals,
+        **({"peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30} if torch.cuda.is_available() else {}))
 
 
-def draw_rollouts(run, step):
-    """Steps 1-4 for one step: (every rollout drawn, the batch to learn from, groups given a replayed success,
-    seconds spent sampling and verifying). Plainly one draw: the epoch's P problems, whose P groups of G are the
-    batch. With an option of curriculum.py on, draw_with_options."""
-    cfg, seconds = run.cfg, dict(sampling=0.0, verifying=0.0)
-    if run.selection or cfg.dynamic_sampling:
-        return draw_with_options(run, step, seconds)
-    idx = problems_for_step(len(run.train_set), step, cfg.problems_per_step, cfg.seed)
-    rollouts = sample_and_score(run, [run.train_set[i] for i in idx], sampling_seeds(cfg, step, 0, len(idx)), seconds)
-    return rollouts, list(rollouts), 0, seconds
+def is_direct_answer(text):
+    """The response opens with its boxed answer: no reasoning before it."""
+    return text.lstrip().startswith("\\boxed")
 
 
-def draw_with_options(run, step, seconds):
+def add_compute(totals, drawn, trained_tokens, cfg, config):
+    """The running totals after a step: generated tokens, training tokens and FLOPs (model.flops_per_token at the
+    step's mean context, each training token counted once per epoch)."""
+    lengths = [len(r.tokens) for r in drawn]
+    context = sum(len(r.prompt) for r in drawn) / len(drawn) + sum(lengths) / len(lengths) / 2
+    return dict(generated_tokens=totals["generated_tokens"] + sum(lengths),
+                training_tokens=totals["training_tokens"] + trained_tokens * cfg.epochs_per_batch,
+                flops=totals["flops"] + (sum(lengths) * flops_per_token(config, context) + trained_tokens
+                                         * cfg.epochs_per_batch * flops_per_token(config, context, training=True)))
+
+
+# -----------------------------------------------------------------------------
+# What only an option calls: curriculum.py's selection, replay and dynamic sampling; --kl-in reward
+
+
+def draw_with_options(run, step, tally):
     """draw_rollouts with curriculum.py's options, each by name: the problem selector (choose_problems), replay
     puts a past success in some groups (curriculum.replay), dynamic sampling keeps only mixed groups and draws
     again, at most --max-draws times (curriculum.keep_mixed), and every fresh group updates the data state after
@@ -268,7 +358,7 @@ def draw_with_options(run, step, seconds):
     for draw in range(curriculum.draws_per_step(run.cfg)):
         idx = choose_problems(run, step, draw, fresh)
         rollouts = sample_and_score(run, [run.train_set[i] for i in idx], sampling_seeds(run.cfg, step, draw, len(idx)),
-                                    seconds)
+                                    tally)
         drawn += rollouts
         groups = [rollouts[i:i + G] for i in range(0, len(rollouts), G)]
         fresh += [list(g) for g in groups]  # the samples as drawn, before replay changes the groups
@@ -277,7 +367,22 @@ def draw_with_options(run, step, seconds):
         if len(batch_groups) == P:
             break
     curriculum.update_selection(run.selection, fresh, step)
-    return drawn, [r for g in batch_groups for r in g], replayed, seconds
+    return drawn, [r for g in batch_groups for r in g], replayed, tally
+
+
+def choose_problems(run, step, draw, fresh):
+    """The problem selector: P indices for one draw of a step. Uniform by default: the epoch's permutation
+    (problems_for_step), and on dynamic sampling's extra draws a permutation seeded by (seed, step, draw), so a
+    resumed run draws the same. --select pass_rate: the pass-rate table's draw, leaving out the problems of the
+    groups already drawn this step (fresh)."""
+    cfg = run.cfg
+    gen = torch.Generator().manual_seed((cfg.seed * 100_003 + step) * 1_009 + draw)  # a function of the step
+    pass_rates = run.selection.get("pass_rates")
+    if pass_rates is not None:
+        return pass_rates.draw(cfg.problems_per_step, gen, exclude={pass_rates.index[g[0].problem["id"]] for g in fresh})
+    if draw == 0:
+        return problems_for_step(len(run.train_set), step, cfg.problems_per_step, cfg.seed)
+    return torch.randperm(len(run.train_set), generator=gen)[:cfg.problems_per_step].tolist()
 
 
 @torch.no_grad()
@@ -300,113 +405,6 @@ def add_reference_kl(run, batch):
     for r, kl in zip(batch, D.gather_lists([r.kl for r in share])):
         r.kl = kl
     reward.add_kl(batch, run.cfg)
-
-
-# -----------------------------------------------------------------------------
-# 5-6. Advantages (objectives.py) -> the objective's loss -> an AdamW step (update.py); the learning rate
-
-
-def lr_at(step, cfg):
-    """Linear warmup, then constant / cosine / linear decay to zero; a function of the step alone (cfg: anything
-    with lr, warmup_steps, steps and schedule)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    if cfg.schedule == "cosine":
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
-    if cfg.schedule == "linear":
-        return cfg.lr * (1 - progress)
-    return cfg.lr
-
-
-def set_lr(optimizer, lr):
-    for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)  # --loop-lr: the loop's group is scaled
-
-
-# -----------------------------------------------------------------------------
-# 7. Metrics and compute
-
-
-def is_direct_answer(text):
-    """The response opens with its boxed answer: no reasoning before it."""
-    return text.lstrip().startswith("\\boxed")
-
-
-def step_metrics(run, step, drawn, batch, stats, totals):
-    """One line of metrics.jsonl: rewards, accuracy, lengths, diversity, the update's statistics, seconds and the
-    compute totals so far. stats: policy_update's, with the step's seconds, replayed groups and unverified checks."""
-    cfg, G, n = run.cfg, run.cfg.group_size, len(drawn)
-    lengths = [len(r.tokens) for r in drawn]
-    mixed = [len({r.reward for r in drawn[i:i + G]}) > 1 for i in range(0, n, G)]  # groups with a signal
-    seconds = stats["seconds"]
-    return dict(
-        step=step + 1, reward_mean=sum(r.reward for r in drawn) / n, accuracy=sum(r.correct for r in drawn) / n,
-        format_failure_rate=sum(not r.boxed for r in drawn) / n,
-        direct_answer_rate=sum(is_direct_answer(r.text) for r in drawn) / n,
-        response_tokens_mean=sum(lengths) / n, response_tokens_max=max(lengths),
-        truncation_rate=sum(r.finish_reason == "length" for r in drawn) / n,
-        mixed_groups=sum(mixed) / len(mixed), draws=n // (G * cfg.problems_per_step), batch_groups=len(batch) // G,
-        **curriculum.selection_metrics(run.selection, stats["replayed"]), **group_diversity(drawn, G),
-        **({"group_dispersion": stats["group_dispersion"]} if "group_dispersion" in stats else {}),
-        entropy=stats["entropy"], clip_fraction=stats["clip_fraction"], **({"kl": stats["kl"]} if cfg.kl_coef else {}),
-        loss=stats["loss"], grad_norm=stats["grad_norm"], lr=lr_at(step, cfg),
-        skipped_update=stats["skipped"],
-        sampling_seconds=seconds["sampling"], verifying_seconds=seconds["verifying"],
-        training_seconds=seconds["training"], tokens_per_second=sum(lengths) / max(seconds["sampling"], 1e-9),
-        verifier_errors=stats["unverified"], **looped.loop_metrics(run.policy), **totals,
-        **({"peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30} if torch.cuda.is_available() else {}))
-
-
-def add_compute(totals, drawn, trained_tokens, cfg, config):
-    """The running totals after a step: generated tokens, training tokens and FLOPs (model.flops_per_token at the
-    step's mean context, each training token counted once per epoch)."""
-    lengths = [len(r.tokens) for r in drawn]
-    context = sum(len(r.prompt) for r in drawn) / len(drawn) + sum(lengths) / len(lengths) / 2
-    return dict(generated_tokens=totals["generated_tokens"] + sum(lengths),
-                training_tokens=totals["training_tokens"] + trained_tokens * cfg.epochs_per_batch,
-                flops=totals["flops"] + (sum(lengths) * flops_per_token(config, context) + trained_tokens
-                                         * cfg.epochs_per_batch * flops_per_token(config, context, training=True)))
-
-
-# -----------------------------------------------------------------------------
-# One RL step, steps 1-7 in order
-
-
-def rl_step(run, step, totals):
-    """Problems -> rollouts -> rewards -> advantages -> loss -> AdamW step; returns (the rollouts drawn, the step's
-    metrics with the compute totals so far). totals: the compute before this step (add_compute)."""
-    cfg = run.cfg
-    set_lr(run.optimizer, lr_at(step, cfg))
-    # 1-4. P problems -> prompts -> G samples each -> graded, rewarded (the options: draw_rollouts)
-    unverified = sum(verify.ERRORS.values())
-    drawn, batch, replayed, seconds = draw_rollouts(run, step)
-    unverified = sum(D.gather_lists([sum(verify.ERRORS.values()) - unverified]))  # checks with no verdict, all ranks
-    t0 = time.time()
-    if run.reference is not None and cfg.kl_in == "reward":
-        add_reference_kl(run, batch)
-    # 5. advantages, per group of G, from the rewards and from what passed (the verdict, or a control's)
-    rewards = torch.tensor([r.reward for r in batch], dtype=torch.float32).view(-1, cfg.group_size)  # (P, G)
-    passed = torch.tensor([r.passed for r in batch], dtype=torch.bool).view(-1, cfg.group_size)  # (P, G)
-    advantages = OBJECTIVES[cfg.objective].advantages(rewards, passed, cfg) if batch else rewards  # (P, G)
-    for r, a in zip(batch, advantages.flatten().tolist()):
-        r.advantage = a
-    # 6. loss and AdamW step; a zero-advantage row adds nothing to the gradient unless a KL loss term needs it
-    kl_in_loss = run.reference is not None and cfg.kl_in == "loss"
-    trained = [r for r in batch if r.advantage != 0 or kl_in_loss or not cfg.skip_zero_advantage]
-    batch_tokens = sum(len(r.tokens) for r in batch)  # the token-level losses' denominator
-    stats = dict(loss=0.0, entropy=float("nan"), clip_fraction=0.0, kl=0.0, grad_norm=0.0, tokens=0, nonfinite=False)
-    if trained:  # the denominators count the whole batch (P x G rows), dropped rows too: the same loss as without
-        stats = policy_update(run, D.rank_share(trained), len(batch), batch_tokens)
-    if run.reference is not None and cfg.kl_in == "reward":
-        stats["kl"] = sum(r.kl for r in batch) / max(1, batch_tokens)
-    seconds["training"] = time.time() - t0
-    if cfg.dispersion_every and (step + 1) % cfg.dispersion_every == 0:
-        stats["group_dispersion"] = group_dispersion(run.sampler, drawn, cfg.group_size)
-    stats.update(skipped=stats["nonfinite"] or not trained, seconds=seconds, replayed=replayed, unverified=unverified)
-    # 7. metrics
-    totals = add_compute(totals, drawn, stats["tokens"], cfg, run.policy.config)
-    return drawn, step_metrics(run, step, drawn, batch, stats, totals)
 
 
 # -----------------------------------------------------------------------------
@@ -444,6 +442,7 @@ def train(cfg):
     check_config(cfg)
     device = D.setup_distributed(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     runs.set_threads(cfg.threads, device)
+    model.use_kernels = cfg.kernels
     run_dir = Path(cfg.out or f"runs/{cfg.objective}-{Path(cfg.model).name}")
     runs.check_out(run_dir, "train", cfg.resume)
     if cfg.resume:
@@ -490,7 +489,7 @@ def train(cfg):
     logged, totals = runs.resume_logs(run_dir, start_step, pending)  # the last step in the logs; compute so far
     runs.print_config(cfg, run_dir, device, len(train_set), len(val_set),
                  sum(p.numel() for p in policy.parameters() if p.requires_grad))
-    run = Run(cfg, policy, sampler, reference, optimizer, tokenizer, train_set, device, selection)
+    run = Run(cfg, policy, sampler, reference, optimizer, tokenizer, train_set, device, selection, D.world_size())
 
     eval_seconds = 0.0
     if test_set and start_step == 0:  # the held-out test split, before and after training: never used for a choice

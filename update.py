@@ -63,6 +63,13 @@ def old_logprobs(rows, logp, T, device):
     return torch.where(has, behavior, logp.detach())
 
 
+@torch.no_grad()
+def reference_logprobs(run, ids):
+    """--kl-in loss: the frozen reference policy's log-probs of ids' targets (B, T-1), fp32."""
+    with autocast(run.device):
+        return token_logprobs(run.reference, ids)[0].float()
+
+
 def micro_batch(run, rows, old, j, n_sequences, n_tokens):
     """The loss's input for micro-batch j (objectives.MicroBatch) and the policy's entropy per token. old holds
     each micro-batch's pi_old from the first epoch on (for mu > 1)."""
@@ -70,10 +77,7 @@ def micro_batch(run, rows, old, j, n_sequences, n_tokens):
     ids, mask, sampler_logp = rollout_tensors(rows, run.tokenizer.pad_id, device)
     with autocast(device):
         logp, entropy = token_logprobs(run.policy, ids)  # (B, T-1) each
-        ref_logp = None
-        if run.reference is not None and cfg.kl_in == "loss":
-            with torch.no_grad():
-                ref_logp = token_logprobs(run.reference, ids)[0].float()
+    ref_logp = reference_logprobs(run, ids) if run.reference is not None and cfg.kl_in == "loss" else None
     logp = logp.float()
     old_logp = old.setdefault(j, old_logprobs(rows, logp, ids.shape[1], device))
     tis = objectives.truncated_is_weights(old_logp, sampler_logp, mask, cfg.tis_cap)
@@ -93,21 +97,18 @@ def add_token_stats(sums, loss, b, entropy, cfg):
         sums["kl"] += float(objectives.kl_estimate(b.logp.detach(), b.ref_logp, cfg.kl_estimator)[m].sum())
 
 
-def checked_loss(loss, logp, policy):
-    """The loss to backpropagate, or None to stop the epoch when it is NaN/inf (the update is then skipped on every
-    rank); under FSDP a zero loss instead, so this pass still joins the other ranks' collectives."""
-    if torch.isfinite(loss):
-        return loss
+def nonfinite_loss(logp, policy):
+    """What to backpropagate in place of a NaN/inf loss: None, which stops the epoch (the update is then skipped on
+    every rank); under FSDP a zero loss instead, so this pass still joins the other ranks' collectives."""
     return logp.sum() * 0 if D.is_sharded(policy) else None
 
 
 def apply_gradients(policy, optimizer, grad_clip, nonfinite):
-    """Sum the ranks' gradients, clip their norm and take the AdamW step; returns the norm, or None when the
-    update is skipped (a non-finite loss on any rank, or gradient): logged, never applied or saved."""
-    if D.world_size() > 1:  # several processes: sum their gradients (distributed.py)
-        D.all_reduce_gradients(policy)
+    """Clip the gradients' norm and take the AdamW step; returns the norm, or None when the update is skipped (a
+    non-finite loss on any rank, or gradient): logged, never applied or saved."""
     params = [p for p in policy.parameters() if p.requires_grad]
-    grad_norm = D.whole(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")))
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
     if nonfinite or not torch.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         return None
@@ -116,12 +117,12 @@ def apply_gradients(policy, optimizer, grad_clip, nonfinite):
 
 
 def policy_update(run, rows, n_sequences, n_tokens):
-    """mu = --epochs-per-batch epochs over the batch, each one optimizer step with gradients accumulated over
-    micro-batches; returns the step's loss, entropy, clip fraction, KL, gradient norm and tokens trained on.
-    n_sequences and n_tokens count the whole batch (rows may leave out zero-advantage ones, and with several ranks
-    hold this rank's share of it), so every micro-batch's loss is its share."""
+    """mu = --epochs-per-batch epochs over the batch, each one AdamW step on gradients accumulated over micro-batches;
+    returns the step's loss, entropy, clip fraction, KL, gradient norm and tokens trained on. n_sequences and n_tokens
+    count the whole batch (rows may leave out zero-advantage ones), so every micro-batch's loss is its share."""
     cfg, policy = run.cfg, run.policy
-    loss_of = OBJECTIVES[cfg.objective].loss
+    if run.world > 1:  # several processes: this rank trains its share of the rows (distributed.py)
+        rows = D.rank_share(rows)
     batches = micro_batches(rows, cfg.micro_batch_tokens)
     if cfg.fsdp:  # every rank runs as many passes as the others (distributed.py)
         batches = D.pad_micro_batches(batches, policy)
@@ -136,15 +137,15 @@ def policy_update(run, rows, n_sequences, n_tokens):
                 D.padding_pass(policy, run.tokenizer.pad_id, run.device)
                 continue
             b, entropy = micro_batch(run, rb, old, j, n_sequences, n_tokens)
-            loss = loss_of(b, cfg)
-            stats["nonfinite"] |= not torch.isfinite(loss)
-            if (loss := checked_loss(loss, b.logp, policy)) is None:
-                break
+            loss = OBJECTIVES[cfg.objective].loss(b, cfg)
+            if not torch.isfinite(loss):
+                stats["nonfinite"] = True
+                if (loss := nonfinite_loss(b.logp, policy)) is None:
+                    break
             loss.backward()
             add_token_stats(sums, loss, b, entropy, cfg)
-        # each rank saw its share of the batch: add up the shares, and skip the update on every rank or on none
-        *totals, stats["nonfinite"] = D.reduce_numbers([*sums.values(), stats["nonfinite"]])
-        sums = dict(zip(sums, totals))
+        if run.world > 1:  # each rank saw its share of the batch: add up the shares and the gradients
+            sums, stats["nonfinite"] = D.sum_over_ranks(policy, sums, stats["nonfinite"])
         grad_norm = apply_gradients(policy, run.optimizer, cfg.grad_clip, stats["nonfinite"])
         if grad_norm is None:
             stats["nonfinite"] = True
@@ -182,12 +183,14 @@ def sft_update(policy, optimizer, examples, cfg, device, pad_id):
         with autocast(device):
             logp, _ = token_logprobs(policy, ids)
         loss = -(logp.float() * mask).sum() / n_tokens
-        nonfinite |= not torch.isfinite(loss)
-        if (loss := checked_loss(loss, logp, policy)) is None:
-            break
+        if not torch.isfinite(loss):
+            nonfinite = True
+            if (loss := nonfinite_loss(logp, policy)) is None:
+                break
         loss.backward()
         total, seen = total + loss.item(), seen + int(mask.sum())
     total, seen, nonfinite = D.reduce_numbers([total, seen, nonfinite])
+    D.all_reduce_gradients(policy)  # (this line and the one above do nothing in one process)
     grad_norm = apply_gradients(policy, optimizer, cfg.grad_clip, nonfinite)
     optimizer.zero_grad(set_to_none=True)
     policy.eval()

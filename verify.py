@@ -121,8 +121,13 @@ def _repeating(m):
 def normalize_answer(s):
     """MATH-style canonical form of an answer string (pred and ref get the same treatment)."""
     s = s.strip()
-    if _SIMPLE.fullmatch(s):  # most answers are plain numbers: skip the two dozen regexes below
+    if _SIMPLE.fullmatch(s):  # most answers are plain numbers: no need for the two dozen regexes
         return s.rstrip('.')
+    return _normalize_latex(s)
+
+
+def _normalize_latex(s):
+    """normalize_answer past plain numbers: units, text, spacing and LaTeX spellings of one value made one."""
     for a, b in _UNICODE:
         s = s.replace(a, b)
     s = s.replace('\\$', '').replace('$', '').replace('~', ' ').replace('{,}', ',')
@@ -166,17 +171,22 @@ def _number(s):
     """(value, slack) for a plain number, else None. slack is 0 for an exact number, half a unit in
     the last digit for a decimal (it may be rounded), and None when unknown (\\frac{1.5}{2})."""
     m = _SCI.fullmatch(s)
-    if m:
-        exp = int(m[2] or m[3] or 0)
-        if abs(exp) > 400:
-            return None
-        value = Fraction(m[1]) if '.' in m[1] else Fraction(int(m[1]))  # int(): no string parsing in Fraction
-        if exp:
-            value *= Fraction(10) ** exp
-        if s.lstrip('-+').isdigit():
-            return value, 0
-        places = len(m[1].partition('.')[2])
-        return value, Fraction(10) ** (exp - places) / 2
+    if not m:
+        return _fraction(s)
+    exp = int(m[2] or m[3] or 0)
+    if abs(exp) > 400:
+        return None
+    value = Fraction(m[1]) if '.' in m[1] else Fraction(int(m[1]))  # int(): no string parsing in Fraction
+    if exp:
+        value *= Fraction(10) ** exp
+    if s.lstrip('-+').isdigit():
+        return value, 0
+    places = len(m[1].partition('.')[2])
+    return value, Fraction(10) ** (exp - places) / 2
+
+
+def _fraction(s):
+    """_number of a fraction (\\frac{a}{b}, a/b) or a mixed number (2\\frac{1}{3}), else None."""
     m = _FRAC.fullmatch(s)
     if m:
         num, den = _number(m[2] or m[4]), _number(m[3] or m[5])
@@ -324,7 +334,11 @@ def _equiv(p, r, rel_tol, deadline, depth=0):
     a, b = _number(p), _number(r)
     if a and b:  # before the structure rules: a plain number is never a list, tuple or equation
         return _numbers_equal(a, b, rel_tol)
+    return _equiv_structures(p, r, rel_tol, deadline, depth)
 
+
+def _equiv_structures(p, r, rel_tol, deadline, depth):
+    """_equiv past plain numbers: lists, unions, equations, tuples, matrices, then sympy (rules 4-6)."""
     def same(a, b):
         return _equiv(a, b, rel_tol, deadline, depth + 1)
     ps, rs = _items(p), _items(r)

@@ -5,6 +5,10 @@ thread, hash what each writes (metrics without their timing fields, samples, rec
     python benchmarks/bit_identity.py --out /tmp/after                      # this checkout
     python benchmarks/bit_identity.py --repo /tmp/base --out /tmp/before    # another checkout (git worktree add)
     python benchmarks/bit_identity.py --compare /tmp/before /tmp/after      # one line per job: same / DIFFERS
+    python benchmarks/bit_identity.py --compare benchmarks/bit_identity_reference /tmp/after   # against the stored
+
+benchmarks/bit_identity_reference/manifest.json is the reference: the jobs at e28bbbe (issue #66) on a 2-core AMD
+EPYC (CPU family 25, AVX-512 BF16, no AMX); another CPU may round differently (benchmarks/LOG.md, 2026-12-06).
 
 The jobs: the README's main command, 3 steps of every objective, replay, the pass-rate curriculum, --loop, LoRA,
 KL in the loss and in the reward, an evaluate.py run, a rounds run and a bands run. About 10 minutes on one core

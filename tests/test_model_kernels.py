@@ -16,8 +16,14 @@ import sample as S
 from test_model import grads, ids_for, tiny_ours
 
 
+@pytest.fixture(autouse=True)
+def kernels_on(monkeypatch):
+    """This file tests the kernels: on for each test (model.py's default is the formulas)."""
+    monkeypatch.setattr(qwen3, "use_kernels", True)
+
+
 def with_and_without_kernels(monkeypatch, fn):
-    """fn() with the kernels (the default), then with the formulas."""
+    """fn() with the kernels, then with the formulas."""
     fast = fn()
     monkeypatch.setattr(qwen3, "use_kernels", False)
     slow = fn()

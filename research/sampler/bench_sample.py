@@ -47,8 +47,10 @@ import checkpoint  # noqa: E402
 import model as M  # noqa: E402
 import model_kernels as K  # noqa: E402
 import sample as S  # noqa: E402
-from sample import (MASK32, block_sums, generate, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
-                    sample_next, surely_inside, uniform)
+from research.sampler import exact_draw as E  # noqa: E402
+from research.sampler.exact_draw import (MASK32, block_sums, hash32, inverse_cdf, kept_tokens, row_keys,  # noqa: E402
+                                         sample_next, surely_inside, uniform)
+from sample import generate  # noqa: E402
 
 
 def copy_bandwidth(device="cpu", nbytes=512 * 2**20, repeats=5):
@@ -441,11 +443,11 @@ def gumbel_top_p1(logits, keys, step):
 
 def check_every_row(logits, top_p, keys, step):
     """Top-p before the confident rows skipped the nucleus check: every row takes the pass over the vocabulary."""
-    margin, S.NUCLEUS_MARGIN = S.NUCLEUS_MARGIN, float("inf")
+    margin, E.NUCLEUS_MARGIN = E.NUCLEUS_MARGIN, float("inf")
     try:
         return sample_next(logits, 1.0, top_p, 0, keys, step)
     finally:
-        S.NUCLEUS_MARGIN = margin
+        E.NUCLEUS_MARGIN = margin
 
 
 def own_mass_only(drawn, total, sums, top_p):
@@ -456,11 +458,11 @@ def own_mass_only(drawn, total, sums, top_p):
 
 def own_mass_skip(logits, top_p, keys, step):
     """Top-p with sample_next's skip rule swapped for own_mass_only."""
-    S.surely_inside = own_mass_only
+    E.surely_inside = own_mass_only
     try:
         return sample_next(logits, 1.0, top_p, 0, keys, step)
     finally:
-        S.surely_inside = surely_inside
+        E.surely_inside = surely_inside
 
 
 def sampling_cost(args):
@@ -472,6 +474,7 @@ def sampling_cost(args):
     model = M.Qwen3(config).to(torch.bfloat16).eval()
     batch, g = 32, torch.Generator().manual_seed(0)
     keys = row_keys(torch.tensor([1, 2]), batch // 2)
+    gens = S.row_generators([1, 2], batch // 2, "cpu")  # the core's default draw: a generator per row
     flat = torch.randn(batch, config.vocab_size, generator=g)  # a random-weights model: nucleus ~ the vocabulary
     peaked = flat * 6  # a trained model's shape: a few tokens hold most of the mass
     with torch.inference_mode():
@@ -487,6 +490,8 @@ def sampling_cost(args):
         runs = {"decode step": (flat, lambda x: step()),
                 "greedy": (flat, lambda x: sample_next(x, 0, 1.0, 0, keys, 3)),
                 "top-p 1 (every token)": (flat, lambda x: sample_next(x, 1.0, 1.0, 0, keys, 3)),
+                "top-p 1, multinomial per row (the default)": (flat, lambda x: S.sample_next(x, 1.0, 1.0, 0, gens)),
+                "top-p 0.95, peaked, multinomial (default)": (peaked, lambda x: S.sample_next(x, 1.0, 0.95, 0, gens)),
                 "top-p 1, one float64 CDF (before)": (flat, lambda x: float64_cdf_top_p1(x, keys, 3)),
                 "top-p 1, Gumbel-max (before that)": (flat, lambda x: gumbel_top_p1(x, keys, 3)),
                 "top-k 50": (flat, lambda x: sample_next(x, 1.0, 1.0, 50, keys, 3)),
