@@ -11,7 +11,8 @@ Ctrl-C / SIGTERM path: the checkpoint of the last finished step, then exit statu
   sampling has collapsed onto a few answers (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs");
 - accuracy: 0 for --guard-steps steps running after having been above it (reward collapse).
 A non-finite loss skips the update and non-finite weights end the run already (update.py, runs.check_finite_weights).
-A guard that has fired stays quiet until its condition clears; a resumed run starts the guards afresh.
+A guard that has fired stays quiet until its condition clears; a resumed run replays its logged steps into the
+guards first (quietly), so it warns and stops where the straight run would.
 """
 
 import math
@@ -78,15 +79,17 @@ def message(name, m, seen, cfg):
 class Guards:
     """The guards of one run: watch(metrics) after each step warns (or, with --guard-stop, raises Stop)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, history=()):
         self.cfg, self.seen, self.running, self.fired = cfg, {}, {}, []
+        for m in history:  # a resumed run's logged training steps: the state the straight run had, no lines
+            self.watch(m, quiet=True)
 
-    def watch(self, m):
+    def watch(self, m, quiet=False):
         """Count each guard's steps running; warn once when one reaches --guard-steps; returns the guards fired now."""
         now = []
         for name, holds in conditions(m, self.seen, self.cfg).items():
             self.running[name] = self.running.get(name, 0) + 1 if holds else 0
-            if self.running[name] == self.cfg.guard_steps:
+            if self.running[name] == self.cfg.guard_steps and not quiet:
                 now.append(name)
                 print(f"guard: step {m['step']}: {message(name, m, self.seen, self.cfg)}", flush=True)
         self.fired += now

@@ -501,10 +501,12 @@ def train(cfg):
     validate = functools.partial(evaluate_accuracy, sampler, tokenizer, val_set, cfg) if val_set else None
     # done: updates in the weights (logged: in the logs; saved: in checkpoints/); before: the data state before a step
     t_start, step, done, saved, before = time.time(), start_step, start_step, start_step, None
-    watch = guards.Guards(cfg)  # warns when a run goes bad; with --guard-stop it stops it as Ctrl-C does
+    logged_steps = [m for m in runs.read_log(run_dir / "metrics.jsonl") if "truncation_rate" in m] if cfg.resume else []
+    watch = guards.Guards(cfg, logged_steps)  # warns when a run goes bad; --guard-stop stops it as Ctrl-C does
     try:
         if pending:  # the step the checkpoint holds, logged as the straight run logs it
             eval_seconds = runs.log_step(run_dir, pending, validate, cfg.eval_every) or eval_seconds
+            watch.watch(pending["metrics"])
         for step in range(start_step, cfg.steps):
             before = runs.selection_state(selection) if selection else None  # put back if this step is cut short
             drawn, metrics = rl_step(run, step, totals)

@@ -88,3 +88,22 @@ def test_the_format_control_fires_the_accuracy_guard(tmp_path):
                    "--problems-per-step", "4", "--steps", "4")
     assert r.returncode == 0, r.stderr
     assert "guard: step 4: accuracy 0 for 2 steps after having been above it" in r.stdout
+
+
+def test_a_resumed_run_replays_its_logged_steps_and_fires_where_the_straight_run_does(capsys):
+    rows = [step(1), step(2, truncation=0.6), step(3, truncation=0.6), step(4, truncation=0.6), step(5, entropy=0.05)]
+    straight = fired(rows, cfg())
+    for cut in range(1, len(rows)):
+        resumed = guards.Guards(cfg(), rows[:cut])  # the logged steps, replayed: no line, no stop
+        assert [resumed.watch(m) for m in rows[cut:]] == straight[cut:], cut
+    capsys.readouterr()
+    guards.Guards(cfg(guard_stop=True), rows[:4])  # a replay never stops, even past a guard that fired then
+    assert capsys.readouterr().out == ""
+
+
+def test_the_truncation_guard_fires_at_the_same_step_after_a_resume(tmp_path):
+    r, out = train(tmp_path, "b8", "--max-new-tokens", "8", "--steps", "1")
+    assert r.returncode == 0 and "guard:" not in r.stdout, r.stderr
+    r, out = train(tmp_path, "b8", "--max-new-tokens", "8", "--steps", "3", "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "guard: step 2: truncation_rate 1.00 > 0.5 for 2 steps" in r.stdout  # step 1's count came from the log
