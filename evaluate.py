@@ -609,6 +609,7 @@ def main(argv=None):
                                      cfg.group_by, cfg.grader)
     else:
         dtype = getattr(torch, cfg.dtype) if cfg.dtype else default_dtype(device)
+        looped.parse_loop(cfg.loop, checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)).num_hidden_layers)
         memory.plan_evaluation(cfg, problems, tokenizer, device, dtype)  # prompts and memory that fit, before loading
         net = looped.add_loop(checkpoint.load_model(cfg.model, dtype=dtype, device=device), cfg.loop)
         runs.claim(out, "eval", resume=True)  # held until this process ends
