@@ -117,7 +117,7 @@ def draw_live(request, logits, row_result, generators, steps, stop, results):
     if not len(live):
         return live, None
     ids = row_result[live]
-    token, done = request.draw(logits[live], generators, stop, results, ids)
+    token, done = request.draw_next(logits[live], generators, stop, results, ids)
     steps[ids] += 1
     finished = done | (steps[ids] >= request.max_new_tokens)
     if request.progress:
@@ -150,7 +150,7 @@ def generate_slots(model, request, token_budget, slots, decode):
                 logits = logits[keep]
             row_result = row_result[keep]
             take, waiting = waiting[:free // n], waiting[free // n:]
-            new_cache, new_logits = request.prefill(model, take, room=0)
+            new_cache, new_logits = request.prefill_prompts(model, take, room=0)
             cache = join(old + [new_cache], room=max_new_tokens)
             logits = torch.cat([logits, new_logits]) if n_live else new_logits
             new_rows = torch.tensor([i * n + j for i in take for j in range(n)], dtype=torch.long, device=device)
@@ -159,7 +159,7 @@ def generate_slots(model, request, token_budget, slots, decode):
         if not len(live):
             return results
         if bool((row_result >= 0).any()):
-            logits, row_result = request.decode_step(decode, cache, live, token, row_result)
+            logits, row_result = request.decode_next(decode, cache, live, token, row_result)
 
 
 def static_step(model, cache, token, graph):
@@ -208,7 +208,7 @@ def generate_static(model, request, token_budget, slots, graph):
         n_live = slots - len(free)
         if wants_join(waiting, len(free), n_live, n, slots):
             take, waiting = waiting[:len(free) // n], waiting[len(free) // n:]
-            prefilled, new_logits = request.prefill(model, take, room=0)
+            prefilled, new_logits = request.prefill_prompts(model, take, room=0)
             rows = free[:len(take) * n]
             for i, row in enumerate(rows.tolist()):
                 cache.load(row, prefilled, i)

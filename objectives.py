@@ -155,7 +155,8 @@ def drgrpo_loss(b, cfg):
     """Token terms summed and divided by one constant, the generation budget, not |o_i| (Dr. GRPO, sec. 3.2).
     On-policy (--epochs-per-batch 1, the default) rho = 1, the clip never binds, tis = 1 and the KL term is 0:
     the gradient is -sum_i A_i sum_t grad log pi(o_it) / (max_new_tokens x n_sequences), REINFORCE with the
-    group mean as baseline."""
+    group mean as baseline, and the logged value is -sum_i A_i |o_i| / (max_new_tokens x n_sequences): below 0
+    when the right answers are the longer ones."""
     return -(ppo_terms(b, cfg) * b.mask).sum() / (cfg.max_new_tokens * b.n_sequences)
 
 

@@ -204,8 +204,8 @@ def decode_step(decode, cache, live, token, row_result, pad_id):
 @dataclass
 class Request:
     """One generate call, checked: what a decode engine reads beside the model. generate_chunk below reads its
-    fields; batching.py's engines reach this file's prefill, draw and decode step through its methods (sample.py
-    imports batching.py, so batching.py cannot import it back)."""
+    fields; batching.py's engines reach this file's prefill, draw_tokens and decode_step through its methods,
+    named apart from them (sample.py imports batching.py, so batching.py cannot import it back)."""
     prompts: list  # token id lists
     n: int  # samples per prompt (a GRPO group)
     max_new_tokens: int
@@ -221,13 +221,13 @@ class Request:
         generators = row_generators([self.seeds[i] for i in prompt_ids], self.n, device)
         return results, generators, torch.tensor(sorted(self.stop_token_ids), dtype=torch.long, device=device)
 
-    def prefill(self, model, prompt_ids, room):
+    def prefill_prompts(self, model, prompt_ids, room):
         return prefill(model, [self.prompts[i] for i in prompt_ids], self.n, room, self.pad_id)
 
-    def draw(self, logits, generators, stop, results, result_ids):
+    def draw_next(self, logits, generators, stop, results, result_ids):
         return draw_tokens(logits, *self.sampling, generators, stop, results, result_ids)
 
-    def decode_step(self, decode, cache, live, token, row_result):
+    def decode_next(self, decode, cache, live, token, row_result):
         return decode_step(decode, cache, live, token, row_result, self.pad_id)
 
 
