@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ("model", "model_kernels", "checkpoint", "sample", "batching", "symbolic", "verify", "reward", "problems",
         "objectives", "update", "train_rl", "evaluate")  # + tiny.py
-OPTIONS = ("curriculum", "looped", "lora", "distributed", "runs", "stats", "diversity", "cli", "memory", "guards")
+OPTIONS = ("curriculum", "looped", "model_options", "lora", "distributed", "runs", "stats", "diversity", "cli", "memory",
+           "guards")
 TINY = "tiny"
 
 
