@@ -210,14 +210,15 @@ def use_slots(model):
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
              temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None,
-             compile=False, grader="answer", dispersion=False, continuous=None, hint=False):
+             compile=False, grader="answer", dispersion=False, continuous=None, hint=None):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
     With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}.
     With dispersion and samples > 1, each record gets its samples' embedding_dispersion. `continuous` picks the
     sampler's continuous batching over chunks (default: use_slots); the records are the same either way.
-    `progress` True (or a label for it) prints a progress line with an ETA on stderr. `hint` states each problem's
-    answer in its prompt (problems.hinted: rationalization, training problems only; never part of an evaluation)."""
+    `progress` True (or a label for it) prints a progress line with an ETA on stderr. `hint`, a function of a problem
+    row, gives each prompt's problem with its answer stated (research/hint.py's hinted: rationalization, training
+    problems only, never part of an evaluation); settings.json then says hint: true."""
     if samples > 1 and temperature == 0:
         raise ValueError(f"samples={samples} needs temperature > 0: greedy samples are all the same")
     ids = [p["id"] for p in problems]
@@ -232,7 +233,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
                     batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile, grader=grader,
-                    **model_options.settings(model), hint=hint)
+                    **model_options.settings(model), hint=bool(hint))
     t0, unverified = time.time(), sum(verify.ERRORS.values())
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
@@ -241,7 +242,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     per_call = CALL_BATCHES * batch_size if continuous else batch_size
     for start in range(0, len(todo), per_call):
         batch = todo[start:start + per_call]
-        prompts = [tokenizer.encode(P.format_prompt((P.hinted(p) if hint else p)["problem"], template)) for _, p in batch]
+        prompts = [tokenizer.encode(P.format_prompt((hint(p) if hint else p)["problem"], template)) for _, p in batch]
         t = time.time()
         completions = sample.generate(model, prompts, max_new_tokens, temperature=temperature, top_p=top_p,
                                       n=samples, stop_token_ids=stop, pad_id=tokenizer.pad_id,

@@ -47,6 +47,14 @@ def test_a_research_program_never_imports_another(tmp_path):
         "research/ladder/ladder.py imports research/rounds/rounds: a research program never imports another"]
 
 
+def test_a_program_may_import_a_shared_research_module_that_imports_no_program():
+    g = {"research/hint.py": ([], []), "research/report.py": (["research/bands/bands"], []),
+         "research/rounds/rounds.py": (["research/hint/hinted"], []),  # `from research.hint import hinted`
+         "research/ladder/ladder.py": (["research/hint", "research/report"], [])}
+    assert IG.broken_rules(g) == [  # report.py reads the programs: through it, ladder would import bands
+        "research/ladder/ladder.py imports research/report: a research program never imports another"]
+
+
 def test_the_loader_and_the_evaluation_name_no_model_option():
     """checkpoint.py and evaluate.py reach looped depth through their seams only: checkpoint.MODEL_TYPES, which
     looped.py adds its row to, and model_options.py, evaluate.py's model options. Neither imports looped.py nor
