@@ -7,8 +7,9 @@ tokenizer. A `--model` is a local directory, a tiny-world name (`tiny`, `tiny-la
     tokenizer = load_tokenizer("Qwen/Qwen3-0.6B-Base")
     save_model(model, "runs/x/final", tokenizer)   # loadable by transformers and vLLM
 
-A looped checkpoint (looped.py) says model_type "looped_qwen3" in config.json and keeps the loop's tensors in
-loop.safetensors beside model.safetensors; load_model builds it as a looped.LoopedQwen3.
+config.json's model_type picks the config and model classes (MODEL_TYPES: the plain Qwen3 here; a model option
+adds its own row when its module is imported, with the name of its own tensors, kept in NAME.safetensors beside
+model.safetensors).
 """
 
 import json
@@ -18,12 +19,11 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from dataclasses import fields
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 
-import looped
 from model import Qwen3, Qwen3Config, default_device, default_dtype
 
 REPO_DIR = Path(__file__).resolve().parent
@@ -32,6 +32,11 @@ TINY_MODEL_DIR = REPO_DIR / "tiny_model"  # the embedded tiny world's checkpoint
 # The tiny world's named checkpoints: `tiny`, and `tiny-ladder`, the ladder's start (tiny.py's docstring builds both)
 TINY_MODELS = {"tiny": TINY_MODEL_DIR, "tiny-ladder": REPO_DIR / "tiny_ladder_model"}
 QWEN3_TOKENIZER = REPO_DIR / "data" / "qwen3-tokenizer" / "tokenizer.json"
+
+# config.json's model_type -> (config class, model class, the name of the model's own submodule or None): its
+# tensors NAME.* are kept in NAME.safetensors, so that transformers, which refuses the model_type, never sees them
+# as a plain model's. A model option adds its row when imported; the plain Qwen3 is the default.
+MODEL_TYPES = {Qwen3Config.MODEL_TYPE: (Qwen3Config, Qwen3, None)}
 
 # -----------------------------------------------------------------------------
 # Tokenizer
@@ -247,47 +252,57 @@ def read_safetensors(model_dir, files=None):
 
 
 def read_config(model_dir):
-    """The Qwen3Config of a checkpoint directory: a plain one, or a looped.LoopedQwen3Config when config.json says
-    model_type "looped_qwen3"."""
+    """The config of a checkpoint directory, of the class MODEL_TYPES gives its config.json's model_type (a plain
+    Qwen3Config when it says none: from_json then checks the architecture)."""
     path = Path(model_dir) / "config.json"
     try:
         d = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
         d = None  # Qwen3Config.from_json names what is wrong with it
-    if isinstance(d, dict) and d.get("model_type") == looped.LoopedQwen3Config.MODEL_TYPE:
-        return looped.LoopedQwen3Config.from_json(path)
-    if isinstance(d, dict) and (d.get("loop_count") or 1) != 1:
-        raise ValueError(f"{path}: loop_count={d['loop_count']} in a plain Qwen3 config.json (a looped "
-                         f"checkpoint says model_type {looped.LoopedQwen3Config.MODEL_TYPE!r})")
+    kind = d.get("model_type") if isinstance(d, dict) and isinstance(d.get("model_type"), str) else None
+    if kind not in (None, *MODEL_TYPES) and Qwen3Config.ARCHITECTURE not in (d.get("architectures") or []):
+        raise ValueError(f"{path}: unknown architecture (model_type {kind!r}); this program loads model_type "
+                         f"{', '.join(map(repr, MODEL_TYPES))} (a model option's once its module is imported, as "
+                         f"train_rl.py and evaluate.py import theirs)")
+    if kind in MODEL_TYPES and kind != Qwen3Config.MODEL_TYPE:
+        return MODEL_TYPES[kind][0].from_json(path)
+    plain = {f.name for f in fields(Qwen3Config)}
+    for other, (config_class, _, _) in MODEL_TYPES.items():  # a mislabelled checkpoint of another architecture
+        theirs = [f"{f.name}={d[f.name]}" for f in fields(config_class)
+                  if isinstance(d, dict) and f.name not in plain and d.get(f.name) is not None]
+        if theirs:
+            raise ValueError(f"{path}: {', '.join(theirs)} in a plain Qwen3 config.json (a checkpoint with them says "
+                             f"model_type {other!r})")
     return Qwen3Config.from_json(path)
 
 
 def empty_model(config):
-    """A Qwen3 of this config on the meta device (no memory): a plain one, or a looped one for a looped config."""
+    """The model of this config (its MODEL_TYPES row's class) on the meta device (no memory)."""
     with torch.device("meta"):
-        return looped.LoopedQwen3(config) if isinstance(config, looped.LoopedQwen3Config) else Qwen3(config)
+        return MODEL_TYPES[config.MODEL_TYPE][1](config)
 
 
 def load_model(name_or_path=DEFAULT_MODEL, dtype=None, device=None):
-    """A Qwen3 (or a looped one) from a local directory, a tiny-world name (`tiny`, `tiny-ladder`), or a Hugging
-    Face repo id."""
+    """A Qwen3 (or the model of another MODEL_TYPES row) from a local directory, a tiny-world name (`tiny`,
+    `tiny-ladder`), or a Hugging Face repo id."""
     model_dir = resolve_model_dir(name_or_path)
     config = read_config(model_dir)
     device = device or default_device()
     dtype = dtype or default_dtype(device)
-    is_looped = isinstance(config, looped.LoopedQwen3Config)
     model = empty_model(config)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     tensors = read_safetensors(model_dir)
-    loop_file = model_dir / looped.LOOP_FILE
-    if is_looped and not loop_file.is_file():
-        raise FileNotFoundError(f"{loop_file}: missing; config.json says this is a looped checkpoint "
-                                f"(--loop {looped.loop_spec(config)}), whose gates and embeddings live there")
-    if not is_looped and loop_file.is_file():
-        raise ValueError(f"{loop_file}: a looped checkpoint's tensors beside a plain Qwen3 config.json; "
-                         f"refusing to guess which model this is")
-    if loop_file.is_file():
-        tensors.update(read_safetensors(model_dir, [looped.LOOP_FILE]))
+    own = MODEL_TYPES[config.MODEL_TYPE][2]  # None for the plain Qwen3
+    if own and not (model_dir / f"{own}.safetensors").is_file():
+        raise FileNotFoundError(f"{model_dir / own}.safetensors: missing; config.json says model_type "
+                                f"{config.MODEL_TYPE!r}, whose own tensors ({own}.*) live there")
+    for kind, (_, _, name) in MODEL_TYPES.items():  # another architecture's own tensors: a mislabelled checkpoint
+        if name and name != own and (model_dir / f"{name}.safetensors").is_file():
+            raise ValueError(f"{model_dir / name}.safetensors: the own tensors of a model_type {kind!r} checkpoint "
+                             f"beside a model_type {config.MODEL_TYPE!r} config.json; refusing to guess which model "
+                             f"this is")
+    if own:
+        tensors.update(read_safetensors(model_dir, [f"{own}.safetensors"]))
     state = {}
     for key, (t, path) in tensors.items():
         if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and config.tie_word_embeddings):
@@ -333,8 +348,8 @@ def file_mode():
 
 
 def save_model(model, path, tokenizer=None):
-    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename). A looped
-    model adds loop.safetensors (its gates, embeddings and adapters) and says model_type "looped_qwen3" in
+    """Write config.json + model.safetensors in Hugging Face layout, atomically (temp dir, then rename). A model of
+    another MODEL_TYPES row adds NAME.safetensors (its own submodule's tensors) and says its model_type in
     config.json, so transformers refuses it rather than loading the shared weights as a plain model."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -343,10 +358,11 @@ def save_model(model, path, tokenizer=None):
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         if model.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)  # Hugging Face stores a tied head once, as the embedding
-        extra = {k: state.pop(k) for k in list(state) if k.startswith("loop.")}  # looped depth's own tensors
+        own = MODEL_TYPES[model.config.MODEL_TYPE][2]
+        extra = {k: state.pop(k) for k in list(state) if own and k.startswith(own + ".")}  # the option's own tensors
         save_tensors(state, tmp / "model.safetensors", {"format": "pt"})
         if extra:
-            save_tensors(extra, tmp / looped.LOOP_FILE, {"format": "pt"})
+            save_tensors(extra, tmp / f"{own}.safetensors", {"format": "pt"})
         config = model.config.to_hf_dict()
         config["torch_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -402,29 +418,6 @@ def random_checkpoint(path, config=None, dtype=torch.bfloat16, seed=0):
                 p.normal_(0.0, 0.02)
     return save_model(model, path, load_tokenizer(QWEN3_TOKENIZER))
 
-
-def export_plain(model, path, tokenizer=None):
-    """Write a looped model's shared weights (a model, or a looped checkpoint's path) as a plain Qwen3 checkpoint
-    that transformers and vLLM load. This drops the extra loops and their parameters: the export computes the
-    looped model's logits only while every gate is zero (at initialisation); after training it is another model.
-    Returns (path, the largest |gate| dropped) and says so on stderr."""
-    if not isinstance(model, nn.Module):
-        if tokenizer is None and (resolve_model_dir(model) / "tokenizer.json").is_file():
-            tokenizer = load_tokenizer(model)
-        model = load_model(model, dtype=torch.float32, device="cpu")
-    c = model.config
-    with torch.device("meta"):
-        plain = Qwen3(looped.plain_config(c))
-    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("loop.")}, assign=True)
-    if c.tie_word_embeddings:
-        plain.lm_head.weight = plain.model.embed_tokens.weight
-    loop = getattr(model, "loop", None)
-    gate = float(loop.gate.detach().abs().max()) if loop is not None else 0.0
-    if loop is not None:
-        print(f"export_plain: wrote the shared weights of a --loop {looped.loop_spec(c)} model as a plain Qwen3 to "
-              f"{path}; its extra loops are dropped (largest |gate| {gate:.3g}), so it computes the looped model's "
-              f"logits only if that is 0", file=sys.stderr)
-    return save_model(plain, path, tokenizer), gate
 
 def load_tokenizer(name_or_path=DEFAULT_MODEL):
     """The checkpoint's own tokenizer.json when it has one, else the bundled Qwen3 tokenizer for Qwen ids."""

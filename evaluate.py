@@ -45,8 +45,8 @@ import torch
 import checkpoint
 import cli
 import distributed as D
-import looped
 import memory
+import model_options
 import problems as P
 import reward
 import runs
@@ -210,14 +210,15 @@ def use_slots(model):
 
 def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, template="base", samples=1,
              temperature=0.0, top_p=1.0, seed=0, out_dir=None, progress=False, dataset=None, group_by=None,
-             compile=False, grader="answer", dispersion=False, continuous=None, hint=False):
+             compile=False, grader="answer", dispersion=False, continuous=None, hint=None):
     """Generate, grade and summarize; returns (records in problem order, summary). With out_dir, writes
     settings.json, records.jsonl (per batch) and summary.json there, resuming a run of the same protocol.
     With group_by (a problem field, e.g. "source"), summary["per_group"] is {value: {n, correct, accuracy}}.
     With dispersion and samples > 1, each record gets its samples' embedding_dispersion. `continuous` picks the
     sampler's continuous batching over chunks (default: use_slots); the records are the same either way.
-    `progress` True (or a label for it) prints a progress line with an ETA on stderr. `hint` states each problem's
-    answer in its prompt (problems.hinted: rationalization, training problems only; never part of an evaluation)."""
+    `progress` True (or a label for it) prints a progress line with an ETA on stderr. `hint`, a function of a problem
+    row, gives each prompt's problem with its answer stated (research/hint.py's hinted: rationalization, training
+    problems only, never part of an evaluation); settings.json then says hint: true."""
     if samples > 1 and temperature == 0:
         raise ValueError(f"samples={samples} needs temperature > 0: greedy samples are all the same")
     ids = [p["id"] for p in problems]
@@ -232,7 +233,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
                     seed=seed if temperature > 0 else None,  # greedy ignores the seed
                     dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
                     batch_size=batch_size, stop_token_ids=stop, group_by=group_by, compile=compile, grader=grader,
-                    loop=looped.loop_spec(model.config), hint=hint)  # looped depth: '' for a plain model
+                    **model_options.settings(model), hint=bool(hint))
     t0, unverified = time.time(), sum(verify.ERRORS.values())
     finished = {r["id"]: r for r in (open_run(out_dir, settings, problems) if out_dir else [])}
     todo = [(i, p) for i, p in enumerate(problems) if p["id"] not in finished]
@@ -241,7 +242,7 @@ def evaluate(model, tokenizer, problems, max_new_tokens=2048, batch_size=64, tem
     per_call = CALL_BATCHES * batch_size if continuous else batch_size
     for start in range(0, len(todo), per_call):
         batch = todo[start:start + per_call]
-        prompts = [tokenizer.encode(P.format_prompt((P.hinted(p) if hint else p)["problem"], template)) for _, p in batch]
+        prompts = [tokenizer.encode(P.format_prompt((hint(p) if hint else p)["problem"], template)) for _, p in batch]
         t = time.time()
         completions = sample.generate(model, prompts, max_new_tokens, temperature=temperature, top_p=top_p,
                                       n=samples, stop_token_ids=stop, pad_id=tokenizer.pad_id,
@@ -363,7 +364,7 @@ def summarize(records, settings, config=None, wall_time=None):
         truncation_rate=reasons.count("length") / len(reasons) if reasons else None,
         generation_seconds=seconds or None, tokens_per_s=sum(tokens) / seconds if seconds and tokens else None,
         wall_time_s=wall_time, inference_flops=inference_flops(config, records) if config and flat else None,
-        layer_passes=config.layer_passes if config else None,  # per token; more than the layers when looped
+        layer_passes=config.layer_passes if config else None,  # per token; more when a model option reruns layers
         settings=settings)
     return summary
 
@@ -510,16 +511,13 @@ data_arg, sampling_arg, run_arg = map(cli.arg_group, ("model and data", "protoco
 
 
 @dataclass
-class EvalConfig(memory.MemoryConfig):
-    HELP_GROUPS = ("model and data", "protocol", "run")  # the memory plan's flags after these
+class EvalConfig(memory.MemoryConfig, model_options.ModelOptions):
+    HELP_GROUPS = ("model and data", "model options", "protocol", "run")  # the memory plan's flags after these
     model: str = data_arg(checkpoint.DEFAULT_MODEL, "checkpoint directory, tiny, tiny-ladder, or a Hugging Face repo id")
     dataset: str = data_arg("math500", f"{', '.join(P.DATASETS)}, or a .jsonl path with 'problem' and 'answer'")
     limit: int | None = data_arg(None, "evaluate only the first N problems", range="[1, inf)")
     responses: str | None = data_arg(None, "grade this JSONL of {id, response} from another engine instead of "
                                            "generating (--model then only supplies the tokenizer for token counts)")
-    loop: str = data_arg("", "looped depth START:END:N on a plain checkpoint: layers [START, END) run N times with "
-                             "shared weights and zero gates, so the logits stay the plain model's and only the compute "
-                             "grows (looped.py; a looped checkpoint keeps its own loop)")
     template: str = sampling_arg("base", "prompt template (problems.format_prompt)", choices=P.TEMPLATES)
     max_new_tokens: int = sampling_arg(2048, "generation budget per sample", range="[1, inf)")
     samples: int = sampling_arg(1, "samples per problem; > 1 reports pass@k and the majority vote (needs --temperature)",
@@ -569,7 +567,7 @@ def check_config(cfg):
     cli.check_fields(cfg)
     if cfg.samples > 1 and cfg.temperature == 0 and not cfg.responses:
         raise ValueError(f"--samples {cfg.samples} needs --temperature > 0: greedy samples are all the same")
-    looped.parse_loop(cfg.loop, None)  # the syntax before the model loads; add_loop checks the layer range
+    model_options.check(cfg)  # the syntax before the model loads; the layer range once its config.json is read
     cli.check_device(cfg.device)
 
 
@@ -609,9 +607,9 @@ def main(argv=None):
                                      cfg.group_by, cfg.grader)
     else:
         dtype = getattr(torch, cfg.dtype) if cfg.dtype else default_dtype(device)
-        looped.parse_loop(cfg.loop, checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)).num_hidden_layers)
+        model_options.check(cfg, checkpoint.read_config(checkpoint.resolve_model_dir(cfg.model)))
         memory.plan_evaluation(cfg, problems, tokenizer, device, dtype)  # prompts and memory that fit, before loading
-        net = looped.add_loop(checkpoint.load_model(cfg.model, dtype=dtype, device=device), cfg.loop)
+        net = model_options.load_model(cfg, dtype, device)
         runs.claim(out, "eval", resume=True)  # held until this process ends
         print(f"evaluate.py: {cfg.model} on {cfg.dataset} ({len(problems)} problems), {cfg.max_new_tokens} new tokens, "
               + (f"{cfg.samples} samples at T {cfg.temperature:g}" if cfg.samples > 1 else "greedy")

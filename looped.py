@@ -8,17 +8,20 @@ loop embedding, both zero at initialisation. So a looped model starts as exactly
 and h + 0 = h in floating point) and training opens the extra loops; published retrofits instead heal on
 billions of tokens. Every (layer, loop) pass has its own KV-cache row and counts in the FLOPs
 (config.layer_passes). A looped checkpoint says model_type "looped_qwen3" (transformers refuses it) and keeps
-its own tensors in loop.safetensors (checkpoint.py reads and writes both; checkpoint.export_plain writes the
-shared weights as a plain Qwen3). The study: research/looped/.
+its own tensors in loop.safetensors: importing this module adds that row to checkpoint.MODEL_TYPES, so that
+checkpoint.py reads and writes both (export_plain writes the shared weights as a plain Qwen3). The study:
+research/looped/.
 """
 
 import copy
 import dataclasses
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
+import checkpoint
 import cli
 import lora
 from model import Qwen3, Qwen3Config
@@ -37,7 +40,6 @@ class LoopConfig:
 
 
 LOOP_KEYS = ("loop_start", "loop_end", "loop_count", "loop_lora_rank", "loop_lora_alpha")
-LOOP_FILE = "loop.safetensors"  # a looped checkpoint's own tensors, beside model.safetensors
 
 
 @dataclass
@@ -194,6 +196,10 @@ class LoopedQwen3(Qwen3):
         return x
 
 
+# A looped checkpoint's row: model_type "looped_qwen3", its own tensors (Loop's, named loop.*) in loop.safetensors
+checkpoint.MODEL_TYPES[LoopedQwen3Config.MODEL_TYPE] = (LoopedQwen3Config, LoopedQwen3, "loop")
+
+
 def add_loop(model, spec, lora_rank=0, lora_alpha=16.0):
     """The model looped by `spec` (a --loop value START:END:N), sharing its weights; at initialisation it computes
     exactly the plain model's logits. '' and N = 1 return the model itself. A model that is already looped keeps
@@ -234,6 +240,30 @@ def param_groups(model, lr, loop_lr):
 def plain_config(config):
     """The Qwen3Config of a looped one: its shared weights' shape, without the loop."""
     return Qwen3Config(**{k: v for k, v in dataclasses.asdict(config).items() if k not in LOOP_KEYS})
+
+
+def export_plain(model, path, tokenizer=None):
+    """Write a looped model's shared weights (a model, or a looped checkpoint's path) as a plain Qwen3 checkpoint
+    that transformers and vLLM load. This drops the extra loops and their parameters: the export computes the
+    looped model's logits only while every gate is zero (at initialisation); after training it is another model.
+    Returns (path, the largest |gate| dropped) and says so on stderr."""
+    if not isinstance(model, nn.Module):
+        if tokenizer is None and (checkpoint.resolve_model_dir(model) / "tokenizer.json").is_file():
+            tokenizer = checkpoint.load_tokenizer(model)
+        model = checkpoint.load_model(model, dtype=torch.float32, device="cpu")
+    c = model.config
+    with torch.device("meta"):
+        plain = Qwen3(plain_config(c))
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("loop.")}, assign=True)
+    if c.tie_word_embeddings:
+        plain.lm_head.weight = plain.model.embed_tokens.weight
+    loop = getattr(model, "loop", None)
+    gate = float(loop.gate.detach().abs().max()) if loop is not None else 0.0
+    if loop is not None:
+        print(f"export_plain: wrote the shared weights of a --loop {loop_spec(c)} model as a plain Qwen3 to "
+              f"{path}; its extra loops are dropped (largest |gate| {gate:.3g}), so it computes the looped model's "
+              f"logits only if that is 0", file=sys.stderr)
+    return checkpoint.save_model(plain, path, tokenizer), gate
 
 
 def loop_metrics(model):

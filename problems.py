@@ -209,18 +209,6 @@ def format_prompt(problem, template="base"):
 
 TEMPLATES = ("base", "chat", "chat_think")
 
-# STaR's rationalization (Zelikman et al. 2022, sec. 3.2): the answer stated after the problem, so the model writes a
-# solution that reaches it. The same line for every template, in words the tiny world's characters spell.
-HINT = "\n\nfinal answer: {answer}"
-
-
-def hinted(problem):
-    """The problem dict with its answer stated after the problem text: for deliberation on TRAINING problems only
-    (research/rounds --rationalize, research/ladder reach --hint, both through evaluate.evaluate(hint=True)); an
-    evaluation never sees one, and the traces it yields are trained on without it."""
-    return dict(problem, problem=problem["problem"].strip() + HINT.format(answer=str(problem["answer"]).strip()))
-
-
 def check_prompts_fit(named_sets, tokenizer, template, budget, context):
     """Every prompt of every (name, problems) set, plus the generation budget, fits the model's context: a problem
     too long fails before anything is written, named, not mid-run. Returns each set's longest prompt in tokens."""

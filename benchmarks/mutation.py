@@ -49,6 +49,7 @@ TESTS = {
     "model_kernels.py": ["tests/test_model_kernels.py", "tests/test_model.py"],
     "checkpoint.py": ["tests/test_checkpoint.py", "tests/test_model.py"],
     "looped.py": ["tests/test_looped.py"],
+    "model_options.py": ["tests/test_looped.py"],  # evaluate.py --loop, on a plain and on a looped checkpoint
     "stats.py": ["tests/test_stats.py"],
     "diversity.py": ["tests/test_diversity.py"],
 }

@@ -49,6 +49,22 @@ def test_missing_config_json(tmp_path):
     assert str(tmp_path / "config.json") in str(e.value)
 
 
+def test_an_unknown_model_type_is_one_error_naming_the_file(tmp_path):
+    """A model_type without a row in checkpoint.MODEL_TYPES (and not Qwen3's architecture) is refused before a weight
+    is read, naming config.json and the model types this program loads."""
+    save_hf(tmp_path)
+    path = tmp_path / "config.json"
+    d = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(d, model_type="mamba", architectures=["MambaForCausalLM"])))
+    for read in (checkpoint.read_config, checkpoint.load_model):
+        with pytest.raises(ValueError) as e:
+            read(tmp_path)
+        assert str(e.value).startswith(f"{path}: unknown architecture (model_type 'mamba'); this program loads "
+                                       f"model_type 'qwen3'")
+    path.write_text(json.dumps(dict(d, model_type="mamba")))  # Qwen3's architecture still says the plain model
+    assert type(checkpoint.read_config(tmp_path)) is checkpoint.Qwen3Config
+
+
 def rewrite_checkpoint(path, edit):
     tensors = load_file(path / "model.safetensors")
     edit(tensors)

@@ -323,6 +323,34 @@ def test_chat_template_prompts_and_stop_tokens(tiny, data, monkeypatch):
     assert records[0]["prompt_tokens"] == len(seen["prompts"][0]) and summary["truncation_rate"] == 1.0
 
 
+def test_the_hint_seam_prompts_its_problem_and_the_settings_say_so(tiny, data, tmp_path, monkeypatch):
+    """evaluate(hint=f): each prompt is f's problem row (research/hint.py states the answer); settings.json says hint:
+    true, so a plain run never resumes a hinted one's records, and one written before the key existed is plain."""
+    seen = []
+
+    def fake_generate(model, prompts, max_new_tokens, **kw):
+        seen.extend(prompts)
+        return [Completion(prompt_index=i, tokens=[5], finish_reason="length") for i in range(len(prompts))]
+    monkeypatch.setattr(sample, "generate", fake_generate)
+    net, tokenizer = checkpoint.load_model(tiny, device="cpu"), checkpoint.load_tokenizer(tiny)
+    rows = P.load_problems(str(data), limit=2)
+    with_answer = lambda p: dict(p, problem=f"{p['problem']} (answer {p['answer']})")  # noqa: E731
+    records, _ = E.evaluate(net, tokenizer, rows, 8, out_dir=tmp_path / "hinted", hint=with_answer)
+    assert seen == [tokenizer.encode(P.format_prompt(f"{p['problem']} (answer {p['answer']})", "base")) for p in rows]
+    assert [r["answer"] for r in records] == [p["answer"] for p in rows]  # graded against the rows' own answers
+    assert json.loads((tmp_path / "hinted" / "settings.json").read_text())["hint"] is True
+    with pytest.raises(ValueError, match="hint: True there, False now"):
+        E.evaluate(net, tokenizer, rows, 8, out_dir=tmp_path / "hinted")
+    E.evaluate(net, tokenizer, rows, 8, out_dir=tmp_path / "plain")
+    assert seen[-1] == tokenizer.encode(P.format_prompt(rows[-1]["problem"], "base"))
+    settings = json.loads((tmp_path / "plain" / "settings.json").read_text())
+    assert settings.pop("hint") is False
+    (tmp_path / "plain" / "settings.json").write_text(json.dumps(settings))  # as written before the key existed
+    E.evaluate(net, tokenizer, rows, 8, out_dir=tmp_path / "plain")  # the same protocol: resumed
+    with pytest.raises(ValueError, match="hint: None there, True now"):
+        E.evaluate(net, tokenizer, rows, 8, out_dir=tmp_path / "plain", hint=with_answer)
+
+
 # -----------------------------------------------------------------------------
 # --responses: grading outputs of other engines
 

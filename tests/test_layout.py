@@ -47,6 +47,25 @@ def test_a_research_program_never_imports_another(tmp_path):
         "research/ladder/ladder.py imports research/rounds/rounds: a research program never imports another"]
 
 
+def test_a_program_may_import_a_shared_research_module_that_imports_no_program():
+    g = {"research/hint.py": ([], []), "research/report.py": (["research/bands/bands"], []),
+         "research/rounds/rounds.py": (["research/hint/hinted"], []),  # `from research.hint import hinted`
+         "research/ladder/ladder.py": (["research/hint", "research/report"], [])}
+    assert IG.broken_rules(g) == [  # report.py reads the programs: through it, ladder would import bands
+        "research/ladder/ladder.py imports research/report: a research program never imports another"]
+
+
+def test_the_loader_and_the_evaluation_name_no_model_option():
+    """checkpoint.py and evaluate.py reach looped depth through their seams only: checkpoint.MODEL_TYPES, which
+    looped.py adds its row to, and model_options.py, evaluate.py's model options. Neither imports looped.py nor
+    names it (issue #66)."""
+    g = IG.graph()
+    for name in ("checkpoint.py", "evaluate.py"):
+        assert "looped" not in g[name][0] and "looped" not in (ROOT / name).read_text().lower(), name
+    assert "model_options" in g["evaluate.py"][0] and "looped" in g["model_options.py"][0]
+    assert "checkpoint" in g["looped.py"][0]
+
+
 def test_private_names_are_found_through_any_alias(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("import train_rl as T\nfrom verify import _number, grade\nT._hidden()\nT.public()\n")

@@ -191,17 +191,35 @@ def test_looped_checkpoint_round_trip_and_transformers_refuses_it(tmp_path, rank
 def test_export_plain_writes_the_shared_weights_and_says_what_it_drops(tmp_path, capsys):
     plain, m = looped_pair("1:3:2")
     ids = ids_for((2, 12))
-    _, gate = checkpoint.export_plain(m, tmp_path / "at_init")  # zero gates: the export is the same function
+    _, gate = looped.export_plain(m, tmp_path / "at_init")  # zero gates: the export is the same function
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "at_init").eval()
     with torch.no_grad():
         assert gate == 0.0 and torch.equal(checkpoint.load_model(tmp_path / "at_init", device="cpu")(ids), m(ids))
         assert_logits_close(hf_logits(hf, ids), m(ids))
     open_loops_(m)
     checkpoint.save_model(m, tmp_path / "looped")
-    _, gate = checkpoint.export_plain(tmp_path / "looped", tmp_path / "trained")
+    _, gate = looped.export_plain(tmp_path / "looped", tmp_path / "trained")
     assert gate > 0 and "extra loops are dropped" in capsys.readouterr().err
     with torch.no_grad():  # the export is the plain model with the shared weights, no longer the looped one
         assert torch.equal(checkpoint.load_model(tmp_path / "trained", device="cpu")(ids), plain(ids))
+
+
+def test_a_looped_checkpoint_loads_where_looped_py_is_imported(tmp_path):
+    """checkpoint.py knows model_type looped_qwen3 only once looped.py has added its row to checkpoint.MODEL_TYPES:
+    on its own it refuses the checkpoint in one line naming the file, and `python evaluate.py --model` (which
+    imports looped.py through model_options.py) evaluates the looped model."""
+    m = looped.add_loop(checkpoint.load_model("tiny", device="cpu"), "1:3:2")
+    d = checkpoint.save_model(m, tmp_path / "looped", checkpoint.load_tokenizer("tiny"))
+    load = f"import checkpoint; checkpoint.load_model({str(d)!r}, device='cpu')"
+    alone = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, cwd=checkpoint.REPO_DIR)
+    assert alone.returncode == 1 and (f"ValueError: {d / 'config.json'}: unknown architecture (model_type "
+                                      f"'looped_qwen3'); this program loads model_type 'qwen3' (") in alone.stderr
+    r = subprocess.run([sys.executable, str(checkpoint.REPO_DIR / "evaluate.py"), "--model", str(d), "--limit", "2",
+                        "--max-new-tokens", "4", "--device", "cpu", "--out", str(tmp_path / "eval")],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["settings"]["loop"] == "1:3:2" and summary["layer_passes"] == m.config.layer_passes
 
 
 def test_a_looped_checkpoint_is_never_taken_for_a_plain_one(tmp_path):
@@ -211,15 +229,16 @@ def test_a_looped_checkpoint_is_never_taken_for_a_plain_one(tmp_path):
     config = json.loads((d / "config.json").read_text())
     plain_type = dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
     (d / "config.json").write_text(json.dumps({**config, **plain_type}))
-    with pytest.raises(ValueError, match="loop_count=2 in a plain Qwen3 config.json"):
+    with pytest.raises(ValueError, match="loop_start=1, loop_end=3, loop_count=2, .* in a plain Qwen3 config.json"):
         checkpoint.load_model(d, device="cpu")
     plain_config = {k: v for k, v in config.items() if not k.startswith("loop_")}
     (d / "config.json").write_text(json.dumps({**plain_config, **plain_type}))
-    with pytest.raises(ValueError, match="loop.safetensors: a looped checkpoint's tensors beside a plain"):
+    with pytest.raises(ValueError, match="loop.safetensors: the own tensors of a model_type 'looped_qwen3' checkpoint "
+                                         "beside a model_type 'qwen3' config.json"):
         checkpoint.load_model(d, device="cpu")
     (d / "config.json").write_text(json.dumps(config))
     (d / "loop.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match="loop.safetensors: missing; config.json says this is a looped"):
+    with pytest.raises(FileNotFoundError, match="loop.safetensors: missing; config.json says model_type 'looped_qwen3"):
         checkpoint.load_model(d, device="cpu")
 
 

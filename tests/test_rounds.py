@@ -12,6 +12,7 @@ import torch
 
 import evaluate as E
 import problems as P
+from research.hint import hinted as hint_of
 from research.rounds import rounds as R
 import train_rl as T
 from conftest import make_char_model
@@ -639,7 +640,7 @@ def test_temperature_mean_table_averages_both_temperatures_over_seeds_by_hand(tm
 
 def test_a_hint_states_the_training_answer_and_the_tiny_tokenizer_spells_it():
     p = dict(id="x", problem="(37 + 12) * 2 - 45", answer="53", level=3)
-    hinted = P.hinted(p)
+    hinted = hint_of(p)
     assert hinted["problem"] == "(37 + 12) * 2 - 45\n\nfinal answer: 53" and p["problem"] == "(37 + 12) * 2 - 45"
     prompt = P.format_prompt(hinted["problem"], "base")
     assert prompt.endswith("Problem:\n(37 + 12) * 2 - 45\n\nfinal answer: 53\n\nSolution:")
@@ -648,7 +649,7 @@ def test_a_hint_states_the_training_answer_and_the_tiny_tokenizer_spells_it():
     qwen = checkpoint.load_tokenizer(checkpoint.QWEN3_TOKENIZER)  # and a MATH problem with the real tokenizer
     math = P.load_problems("math_train", 1)[0]
     for template in P.TEMPLATES:
-        text = P.format_prompt(P.hinted(math)["problem"], template)
+        text = P.format_prompt(hint_of(math)["problem"], template)
         assert f"final answer: {math['answer']}" in text
         assert qwen.decode(qwen.encode(text), skip_special_tokens=False) == text
 

@@ -44,6 +44,7 @@ import stats  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
 import verify  # noqa: E402
+from research.hint import hinted  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # Guess rate and reachability: k samples per problem, graded by the answer and by the steps
@@ -74,11 +75,11 @@ def rung_table(records, rows, k):
 
 def reach(model_path, rows, k, budget, out_dir, batch_size=16, hint=False):
     """rung_table of model_path on rows, and the seconds it took; the samples are kept in out_dir (evaluate's
-    records, resumed on a rerun). With hint, each prompt states the answer (problems.hinted: rationalization)."""
+    records, resumed on a rerun). With hint, each prompt states the answer (research/hint.py: rationalization)."""
     net, tokenizer = checkpoint.load_model(model_path, device="cpu"), checkpoint.load_tokenizer(model_path)
     t0 = time.time()
     records, _ = E.evaluate(net, tokenizer, rows, budget, batch_size, samples=k, temperature=1.0, out_dir=out_dir,
-                            grader="steps", hint=hint)
+                            grader="steps", hint=hinted if hint else None)
     return rung_table(records, rows, k), time.time() - t0
 
 

@@ -15,7 +15,7 @@ Round r starts from the policy pi_r (pi_0 = --model) and does, each step one pla
    policy solves at >= T on validation (the previous row) and the next one, a new rung at a time. --fresh:
    round r deliberates on the r-th block of --num-problems pool problems, never on a problem seen before.
    Rationalization (--rationalize, STaR's second half, Zelikman et al. 2022 sec. 3.2): the problems still without a
-   verified trace are sampled again with their training answer stated after the problem (problems.hinted); a trace
+   verified trace are sampled again with their training answer stated after the problem (research/hint.py); a trace
    the grader accepts is distilled with the ordinary prompt. On the ladder the step check keeps a hint from paying
    a guess: only the problem's own chain counts.
 2. Select the traces the grader accepts against the *training* answer (verify.grade, or verify.check_steps with
@@ -67,6 +67,7 @@ import runs  # noqa: E402
 import sample  # noqa: E402
 import train_rl as T  # noqa: E402
 import verify  # noqa: E402
+from research.hint import hinted  # noqa: E402
 
 SELECTIONS = ("all", "distinct", "shortest")
 DELIBERATIONS = ("sample", "decompose")
@@ -116,7 +117,7 @@ class RoundsConfig:
                                               "yet (0: off)", range="[0, inf)")
     rationalize: bool = deliberate_arg(False, "STaR's rationalization: problems still without a verified trace after "
                                               "sampling (and adaptive k) are sampled again with the training answer "
-                                              "stated in the prompt (problems.hinted); accepted traces are distilled "
+                                              "stated in the prompt (research/hint.py); accepted traces are distilled "
                                               "with the ordinary prompt")
     rationalize_samples: int = deliberate_arg(0, "hinted samples per such problem (0: --samples)", range="[0, inf)")
     fresh: bool = deliberate_arg(False, "round r deliberates on the r-th block of --num-problems pool problems, not the "
@@ -240,11 +241,11 @@ def deliberate(policy, tokenizer, train_set, cfg, round_dir, r):
     if cfg.rationalize:  # STaR's rationalization: the answer as a hint where sampling found nothing
         unsolved = [p for p, rec in zip(train_set, records) if n_correct(rec) == 0]
         if unsolved:
-            hinted, s3 = E.evaluate(policy, tokenizer, unsolved, samples=cfg.rationalize_samples or cfg.samples,
+            rationalized, s3 = E.evaluate(policy, tokenizer, unsolved, samples=cfg.rationalize_samples or cfg.samples,
                                     seed=1_000 * (cfg.seed + 1) + 700 + r, out_dir=round_dir / "deliberate_hinted",
-                                    dataset=cfg.dataset, hint=True, **kw)
+                                    dataset=cfg.dataset, hint=hinted, **kw)
             passes.append(s3)
-            more = {rec["id"]: rec for rec in hinted}
+            more = {rec["id"]: rec for rec in rationalized}
             records = [merge_samples(rec, more[rec["id"]], "hinted") if rec["id"] in more else rec for rec in records]
     return records, passes
 
