@@ -104,8 +104,10 @@ def claim(path, kind, resume=False):
     """Make --out and hold its lock for this process's lifetime (check_out first). A second process claiming it
     is refused with the first one's PID and start time; this process may claim it again (a resume in-process)."""
     path = Path(path)
+    if D.this_rank() != 0:  # rank 0 claims for all; the others checked --out before the barrier, and may now see its run
+        return
     check_out(path, kind, resume)
-    if D.this_rank() != 0 or path.resolve() in HELD:
+    if path.resolve() in HELD:
         return
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)

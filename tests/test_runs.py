@@ -80,6 +80,21 @@ def test_a_claim_is_reentrant_in_one_process_and_released(tmp_path):
     assert (tmp_path / "e").resolve() not in runs.HELD
 
 
+def test_a_rank_after_the_first_leaves_the_claim_to_rank_0(tmp_path, monkeypatch):
+    """Under torchrun every rank checks --out before a barrier, then rank 0 claims it and writes config.json. A slow
+    rank 1 reaching claim after that write must not take rank 0's new run for an old one (it did: a flaky
+    FileExistsError in test_distributed under load)."""
+    out = tmp_path / "run"
+    runs.claim(out, "train")  # rank 0: claims the fresh directory ...
+    runs.write_json(out / "config.json", {"objective": "drgrpo"})  # ... and writes the run's config
+    with pytest.raises(FileExistsError, match="already holds a train_rl.py run"):
+        runs.check_out(out, "train", False)  # what any rank's check sees now: a run is there
+    monkeypatch.setattr(runs.D, "this_rank", lambda: 1)
+    runs.claim(out, "train")  # rank 1, late: nothing to check or hold
+    assert json.loads((out / "config.json").read_text()) == {"objective": "drgrpo"}  # rank 0's run, untouched
+    runs.release(out)
+
+
 def test_a_torn_last_line_is_dropped_and_cut_on_resume(tmp_path, capsys):
     log = tmp_path / "metrics.jsonl"
     good = [dict(step=1, generated_tokens=10, training_tokens=8, flops=1.0), dict(step=2, generated_tokens=20,
