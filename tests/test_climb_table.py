@@ -107,7 +107,8 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
         d.mkdir()
         rows = []
         for r, acc in enumerate(by_round):
-            labels = dict(key=dict(kept=10 + i, problems=10, precision_steps=1.0, precision_answer=1.0),
+            labels = dict(key=dict(kept=10 + i, problems=10, precision_steps=1.0, precision_answer=1.0) if r < 3 else
+                          dict(kept=0, problems=0, precision_steps=None, precision_answer=None),
                           answer=dict(kept=20, problems=20, precision_steps=0.5 + 0.1 * i, precision_answer=1.0),
                           vote=dict(kept=30, problems=30, precision_steps=0.4, precision_answer=0.6 + 0.2 * i))
             rows.append(dict(round=r, rung=5 + r if r else None, vote_rung=6 + r, vote_accuracy=0.3 + 0.1 * i,
@@ -142,3 +143,4 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
     assert len(lines) == 7  # title, header and rounds 1-3; round 0 labels nothing
     assert lines[4] == (f"| a | 1 | 6 | answer | 40 | 20 | 0.550 [-0.085, 1.185] | 1.000 [1.000, 1.000] | "
                         f"10 (1.000 / 1.000) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")
+    assert lines[6].endswith("| 0 (- / -) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")  # nothing kept: no precision

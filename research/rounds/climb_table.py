@@ -184,19 +184,22 @@ def labels_table(arms):
     print("| arm | round | rung | source | labelled | kept | precision (steps) | precision (answer) | "
           + " | ".join(f"offline: {x}" for x in sources) + " |")
     print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | " + " | ".join("---" for _ in sources) + " |")
-    mean = lambda rows, src, f: np.mean([x["labels_by_source"][src][f] or 0.0 for x in rows])  # noqa: E731
+    def mean(rows, src, f, digits=3):  # "-" where a seed kept nothing (no precision to measure)
+        values = [x["labels_by_source"][src][f] for x in rows]
+        return "-" if None in values else f"{np.mean(values):.{digits}f}"
     for arm, seeds in arms.items():
         for r in common_rounds(seeds, 0):
             rows = [climb[r] for climb, _ in seeds]
             if not all(x.get("labels_by_source") for x in rows):
                 continue
             src = rows[0]["label_source"]
-            offline = [f"{mean(rows, x, 'kept'):.0f} ({mean(rows, x, 'precision_steps'):.3f} / "
-                       f"{mean(rows, x, 'precision_answer'):.3f})" for x in sources]
-            used = [cell([x["labels_by_source"][src][f] or 0.0 for x in rows], 3)
+            offline = [f"{mean(rows, x, 'kept', 0)} ({mean(rows, x, 'precision_steps')} / "
+                       f"{mean(rows, x, 'precision_answer')})" for x in sources]
+            used = [mean(rows, src, f) if mean(rows, src, f) == "-" else
+                    cell([x["labels_by_source"][src][f] for x in rows], 3)
                     for f in ("precision_steps", "precision_answer")]
             print(f"| {arm} | {r} | {rows[0]['rung']} | {src} | {np.mean([x['problems_labelled'] for x in rows]):.0f} "
-                  f"| {mean(rows, src, 'kept'):.0f} | {used[0]} | {used[1]} | " + " | ".join(offline) + " |")
+                  f"| {mean(rows, src, 'kept', 0)} | {used[0]} | {used[1]} | " + " | ".join(offline) + " |")
 
 
 def trend_table(arms):
