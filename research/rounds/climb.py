@@ -558,8 +558,8 @@ def finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0):
     solved = f"rung {row['rung']} solved {row['solved']}/{row['problems_labelled']} | " if r else ""
     if row.get("labels_by_source"):
         kept = row["labels_by_source"][row["label_source"]]
-        solved += (f"{row['label_source']} labels {kept['kept']}, precision steps {kept['precision_steps'] or 0:.3f} "
-                   f"answer {kept['precision_answer'] or 0:.3f} | ")
+        steps, answer = ("-" if x is None else f"{x:.3f}" for x in (kept["precision_steps"], kept["precision_answer"]))
+        solved += f"{row['label_source']} labels {kept['kept']}, precision steps {steps} answer {answer} | "
     print(f"round {r} | {solved}fast per rung {fast} | {vote} | {row['cumulative_flops']:.3g} FLOPs | "
           f"{row['seconds']:.0f} s", flush=True)
     return row
