@@ -18,6 +18,7 @@ import tiny
 import train_rl as T
 import verify as V
 from research.rounds import climb as C
+from research.rounds import rounds as R
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["--rounds", "1", "--label-problems", "4", "--updates", "2", "--val-limit", "2", "--chunk-ops", "2",
@@ -53,6 +54,53 @@ def test_replay_mix_counts_by_hand():
     assert {k: len(v) for k, v in C.by_rung(mix).items()} == {2: 4, 5: 4, 6: 2}
     assert len(C.replay(earlier, 10, 0.5, 0, 3)) == 5 and C.replay(earlier, 10, 0.0, 0, 3) == []
     assert C.replay(earlier, 10, 1.0, 0, 3) == mix and C.replay(earlier, 10, 1.0, 1, 3) != mix  # seeded
+
+
+def decomposed_record(problem, responses, finish=None):
+    """A labelling record as rounds.decompose writes it: graded by the step key (evaluate.grade_records, grader
+    steps), one sample per response."""
+    group = [dict(response=x, completion_tokens=len(x), finish_reason=(finish or {}).get(i, "stop"))
+             for i, x in enumerate(responses)]
+    return E.grade_records([problem], [5], [group], group_by="level", grader="steps")[0]
+
+
+def test_each_label_source_keeps_what_it_should_and_precision_says_so_by_hand():
+    """5 + 3 - 2: the reference chain ends in 6; a trace with wrong steps can still box 6, and a wrong majority
+    boxes 7. key keeps only the reference chain; answer keeps the first trace boxing 6, steps or no; vote keeps
+    the plurality's trace, wrong or not, and never reads the answer; precision is measured against both truths."""
+    p = dict(id="p", problem="5 + 3 - 2", answer="6", level=2)
+    ref, lucky, wrong = "\n5 + 3 = 8\n8 - 2 = 6\n\\boxed{6}", "\n5 + 3 = 9\n9 - 2 = 6\n\\boxed{6}", \
+        "\n5 + 3 = 9\n9 - 2 = 7\n\\boxed{7}"
+    assert V.check_steps(ref, p["problem"], "6") and not V.check_steps(lucky, p["problem"], "6")
+    majority_wrong = decomposed_record(p, [lucky, wrong, ref, wrong + " ", "\n5 + 3 = 8", wrong])
+    tie = decomposed_record(p, [ref, wrong, lucky, wrong])  # 6 twice, 7 twice: no label
+    lone = decomposed_record(p, [ref, "\n5 + 3 = 8", "\n5 +"])  # one vote: below --vote-min 2
+    cut = decomposed_record(p, [wrong, ref, ref], finish={1: "length"})  # 6 wins, but its first sample was cut
+    texts = lambda rec, src, cap=1, votes=2: [s["response"] for s in R.select_traces(rec, "distinct", cap, src, votes)]
+    assert texts(majority_wrong, "key") == [ref] and texts(majority_wrong, "answer") == [lucky]
+    assert texts(majority_wrong, "vote") == [wrong] and texts(majority_wrong, "vote", 3) == [wrong, wrong + " "]
+    assert R.vote_answer(majority_wrong, 2) == "7" and R.vote_answer(majority_wrong, 4) is None  # 3 votes for 7
+    assert texts(tie, "vote") == [] and R.vote_answer(tie, 1) is None and texts(tie, "answer", 2) == [ref, lucky]
+    assert texts(lone, "vote") == [] and texts(lone, "vote", votes=1) == [ref] and texts(lone, "key") == [ref]
+    assert R.vote_answer(cut, 2) == "6" and texts(cut, "vote") == [ref] and texts(cut, "key") == [ref]
+    # the vote never reads the answer: the same samples under another answer give the same vote labels
+    assert texts(dict(majority_wrong, answer="999"), "vote") == [wrong]
+    assert texts(dict(majority_wrong, answer="999"), "answer") == []
+    records = [majority_wrong, tie, lone, cut]
+    assert R.label_precision(records, "distinct", 1, "key") == dict(kept=4, problems=4, precision_steps=1.0,
+                                                                    precision_answer=1.0)
+    assert R.label_precision(records, "distinct", 1, "answer") == dict(kept=4, problems=4, precision_steps=0.75,
+                                                                       precision_answer=1.0)  # lucky in majority_wrong
+    assert R.label_precision(records, "distinct", 1, "vote") == dict(kept=2, problems=2, precision_steps=0.5,
+                                                                     precision_answer=0.5)  # wrong, then cut's ref
+    assert R.label_precision([tie], "distinct", 1, "vote") == dict(kept=0, problems=0, precision_steps=None,
+                                                                   precision_answer=None)
+
+
+def test_the_label_source_is_for_system_2s_samples_only():
+    for bad in (dict(labels="generator"), dict(learner="drgrpo")):
+        with pytest.raises(ValueError, match="--label-source vote chooses among System 2's samples"):
+            C.check_config(C.ClimbConfig(label_source="vote", **bad))
 
 
 def test_lr_warms_up_then_decays_by_cosine_as_lr_at(monkeypatch):
@@ -93,6 +141,9 @@ def test_one_round_writes_its_row_and_checkpoint_and_resume_changes_nothing(tmp_
     assert len(traces) == row["traces_new"] <= row["solved"] and all(t["level"] == 6 for t in traces)
     assert sum(row["mix_by_rung"].values()) == 2 * row["traces_new"]  # --replay-ratio 1
     assert row["updates"] == (2 if traces else 0) and row["deliberation_flops"] > 0
+    assert row["label_source"] == "key" and set(row["labels_by_source"]) == {"key", "answer", "vote"}
+    assert row["labels_by_source"]["key"]["kept"] == row["traces_new"]  # the default filters by the step key
+    assert row["labels_by_source"]["key"]["precision_steps"] in (1.0, None)
     assert (row["distillation_flops"] > 0) == bool(traces)
     before, weights = log.read_bytes(), (out / "round_1" / "model.safetensors").read_bytes()
     C.main(SMOKE + ["--out", str(out), "--resume"])  # every round complete: nothing is redone
@@ -199,7 +250,8 @@ def test_a_resume_refuses_missing_or_damaged_traces_keeps_the_first_config_and_r
     run = tmp_path / "run"
     C.main(flags + ["--out", str(run), "--rounds", "1"])
     saved = json.loads((run / "config.json").read_text())
-    del saved["loss_probe"]  # as a run from before the flag existed wrote it
+    for newer in ("loss_probe", "label_source", "vote_min"):  # as a run from before the flags existed wrote it
+        del saved[newer]
     runs.write_json(run / "config.json", dict(saved, rounds=2))
     first = (run / "config.json").read_bytes()
     traces = run / "traces_1.jsonl"
@@ -222,8 +274,9 @@ def test_a_resume_refuses_missing_or_damaged_traces_keeps_the_first_config_and_r
     monkeypatch.setattr(runs, "code_version", lambda: "another-commit")
     capsys.readouterr()
     C.main(flags + ["--out", str(run), "--resume"])
-    assert f"note: --resume: {run / 'config.json'} has no loss_probe (settings newer than the run); it goes on " \
-           f"with their defaults, as it ran: --loss-probe 64" in capsys.readouterr().err
+    assert f"note: --resume: {run / 'config.json'} has no label_source, vote_min, loss_probe (settings newer than " \
+           f"the run); it goes on with their defaults, as it ran: --label-source 'key', --vote-min 2, --loss-probe 64" \
+           in capsys.readouterr().err
     assert (run / "round_2" / "model.safetensors").read_bytes() == \
         (straight / "round_2" / "model.safetensors").read_bytes()
     saved = json.loads((run / "config.json").read_text())

@@ -94,3 +94,53 @@ def test_runs_are_never_dropped_silently_each_case_one_error_line(tmp_path):
     r = subprocess.run([sys.executable, str(Path(CT.__file__)), f"a={tmp_path}/none*"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"climb_table.py: error: 'a={tmp_path}/none*': want ARM=GLOB matching climb run directories"]
+
+
+def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
+    """Two seeds, rounds 0-3 (rungs 6, 7, 8): each rung against its own round, System 1 and the vote at the rung
+    the next round labels, and each round's labels with their offline precision, all from hand-written rows."""
+    fast = [  # per seed, per round: {rung: greedy accuracy}; other rungs 0.5
+        [{"6": 0.0, "7": 0.0}, {"6": 0.6, "7": 0.1}, {"6": 0.5, "7": 0.8, "8": 0.05}, {"6": 0.4, "7": 0.6, "8": 0.7}],
+        [{"6": 0.0, "7": 0.0}, {"6": 0.7, "7": 0.0}, {"6": 0.4, "7": 0.9, "8": 0.15}, {"6": 0.7, "7": 0.9, "8": 0.8}]]
+    for i, by_round in enumerate(fast):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        rows = []
+        for r, acc in enumerate(by_round):
+            labels = dict(key=dict(kept=10 + i, problems=10, precision_steps=1.0, precision_answer=1.0) if r < 3 else
+                          dict(kept=0, problems=0, precision_steps=None, precision_answer=None),
+                          answer=dict(kept=20, problems=20, precision_steps=0.5 + 0.1 * i, precision_answer=1.0),
+                          vote=dict(kept=30, problems=30, precision_steps=0.4, precision_answer=0.6 + 0.2 * i))
+            rows.append(dict(round=r, rung=5 + r if r else None, vote_rung=6 + r, vote_accuracy=0.3 + 0.1 * i,
+                             fast_by_rung={str(k): acc.get(str(k), 0.5) for k in range(2, 11)}, cumulative_flops=0.0,
+                             problems_labelled=40, label_source="answer", labels_by_source=labels if r else None))
+        runs.write_jsonl(d / "climb.jsonl", rows)
+        runs.write_jsonl(d / "test.jsonl", [dict(row, vote_by_rung=row["fast_by_rung"]) for row in rows[:3]])
+    arms = CT.load([f"a={tmp_path}/s?"])
+    capsys.readouterr()
+    CT.erosion_table(arms, 0, "validation")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2] == "| arm | round | rung 6 | rung 7 | rung 8 |"
+
+    def pair(x, y):  # the mean of two seeds' differences and its 95% t interval (12.706 x sd / sqrt(2))
+        half = 12.706 * abs(x - y) / 2
+        return f"{(x + y) / 2:.3f} [{(x + y) / 2 - half:.3f}, {(x + y) / 2 + half:.3f}]"
+    # rung 6 (round 1's): round 2 -0.1 / -0.3, round 3 -0.2 / 0.0; rung 7 (round 2's): round 3 -0.2 / 0.0
+    assert lines[4:] == [f"| a | 2 | {pair(-0.1, -0.3)} | - | - |",
+                         f"| a | 3 | {pair(-0.2, 0.0)} | {pair(-0.2, 0.0)} | - |"]
+    CT.erosion_table(arms, 1, "test")  # tested through round 2 only: rung 6 in round 2
+    assert capsys.readouterr().out.strip().splitlines()[4:] == [f"| a | 2 | {pair(-0.1, -0.3)} | - |"]
+    CT.next_rung_table(arms)
+    lines = capsys.readouterr().out.strip().splitlines()
+    # after round r, rung 6 + r: System 1 0.0 / 0.0, 0.1 / 0.0, 0.05 / 0.15, 0.5 / 0.5; the vote 0.3 / 0.4
+    vote = "0.35 [-0.29, 0.99]"
+    assert lines[4:] == [f"| a | 0 | 6 | 0.00 [0.00, 0.00] | {vote} | 0.00 | 0.00 |",
+                         f"| a | 1 | 7 | 0.05 [-0.59, 0.69] | {vote} | 0.05 | 0.05 |",
+                         f"| a | 2 | 8 | 0.10 [-0.54, 0.74] | {vote} | 0.10 | 0.10 |",
+                         f"| a | 3 | 9 | 0.50 [0.50, 0.50] | {vote} | - | - |"]
+    CT.labels_table(arms)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 7  # title, header and rounds 1-3; round 0 labels nothing
+    assert lines[4] == (f"| a | 1 | 6 | answer | 40 | 20 | 0.550 [-0.085, 1.185] | 1.000 [1.000, 1.000] | "
+                        f"10 (1.000 / 1.000) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")
+    assert lines[6].endswith("| 0 (- / -) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")  # nothing kept: no precision

@@ -9,9 +9,13 @@ Round r (1, 2, ...) targets rung k = --start-rung + r - 1 (6, 7, 8, 9, 10 by def
 --start, saved as round_0/):
 1. Label (System 2): pi_{r-1} solves --label-problems fresh training problems of rung k (the rung's rows of the
    split that holds it, in order, never a problem an earlier round labelled) by rounds.py's decomposed deliberation:
-   each of --samples samples is a chain of calls on pieces of at most --chunk-ops operations. The traces
-   verify.check_steps accepts against the training answer are kept (rounds.select_traces: at most --max-traces a
-   problem), written to traces_r.jsonl.
+   each of --samples samples is a chain of calls on pieces of at most --chunk-ops operations. The traces the label
+   source accepts are kept (rounds.select_traces: at most --max-traces a problem), written to traces_r.jsonl:
+   --label-source key those verify.check_steps accepts against the training answer (the step key: only the
+   reference chain passes, an upper bound), answer those whose boxed answer is the problem's (the real task's
+   verifier), vote those whose boxed answer is the samples' plurality, given by at least --vote-min of them and
+   tied by no other answer (no answer used). The row records what each source would keep and its precision by the
+   step key and by the answer (rounds.label_precision), measured offline whichever source filtered.
 2. Distil (System 1), when labelling gave at least --min-traces traces: the new rung's traces beside a replay of
    --replay-ratio as many earlier traces (every earlier round's, and with --base-replay the ladder's own worked
    solutions of the rungs below --start-rung), shared out as evenly over the earlier rungs as they allow; --updates
@@ -90,6 +94,14 @@ class ClimbConfig:
     labels: str = label_arg("decompose", "who labels the round's problems: decompose (System 2, pi_{r-1}'s decomposed "
                                         "samples) or generator (the control: the generator's own worked chain of "
                                         "every problem, what perfect labels give)", choices=("decompose", "generator"))
+    label_source: str = label_arg("key", "which of System 2's decomposed samples label a problem: key (the step key, "
+                                         "verify.check_steps against the training answer: the reference chain "
+                                         "only, the upper bound), answer (the boxed answer equals the problem's, "
+                                         "the real task's verifier) or vote (the boxed answer is the samples' "
+                                         "plurality, --vote-min; no answer used). Every arm's row measures each "
+                                         "source's precision offline", choices=R.LABEL_SOURCES)
+    vote_min: int = label_arg(2, "--label-source vote: the fewest samples giving the plurality answer (a tie for the "
+                                 "top labels nothing)", range="[1, inf)")
     chunk_ops: int = label_arg(2, "operations per piece of the decomposition (pieces of 3 solved 1 of 40 rung-6 "
                                   "problems from tiny-ladder, pieces of 2 275 of 400)", range="[1, inf)")
     temperature: float = label_arg(0.5, "sampling temperature of the decomposed samples", range="(0, inf)")
@@ -150,6 +162,9 @@ def check_config(cfg):
                                      cfg.prefix_credit))
         except ValueError as e:
             raise ValueError(f"the Dr. GRPO baseline: {R.rl_flags(str(e))}") from None
+    if cfg.label_source != "key" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
+        raise ValueError(f"--label-source {cfg.label_source} chooses among System 2's samples; --labels generator "
+                         f"and --learner drgrpo have none (leave it at key)")
     if cfg.start_rung + cfg.rounds - 1 > RUNGS[-1]:
         raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
                          f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {RUNGS[-1]}")
@@ -495,11 +510,14 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     if cfg.labels == "generator":  # the control: every problem labelled, by the generator, at no deliberation cost
         write_labelled_ids(round_dir, problems)
         new, label = worked_traces(problems, tokenizer, r, "generator"), dict(samples_total=0, inference_flops=0.0)
-        solved = len(problems)
+        solved, labels = len(problems), None
     else:
         records, label = R.decompose(sampler, tokenizer, problems, view, round_dir / "label",
                                      1_000 * (cfg.seed + 1) + r, cfg.samples, split)
-        new, solved = R.traces_for_round(records, view, r, tokenizer), sum(R.n_correct(rec) > 0 for rec in records)
+        new = R.traces_for_round(records, view, r, tokenizer, cfg.label_source, cfg.vote_min)
+        solved = sum(R.n_correct(rec) > 0 for rec in records)
+        labels = {k: R.label_precision(records, view.selection, view.max_traces, k, cfg.vote_min)
+                  for k in R.LABEL_SOURCES}
     runs.write_jsonl(out / f"traces_{r}.jsonl", new)
     earlier = by_rung(base + [t for q in range(1, r) for t in runs.read_log(out / f"traces_{q}.jsonl")])
     mix = new + replay(earlier, len(new), cfg.replay_ratio, cfg.seed, r) if len(new) >= cfg.min_traces else []
@@ -514,8 +532,8 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     train_tokens, train_flops = R.training_flops(policy.config, [mix[i] for i in trained], 1)
     R.save_policy(policy, round_dir, tokenizer)
     row = dict(round=r, rung=rung, label_dataset=split, problems_labelled=len(problems),
-               solved=solved, label_samples=label["samples_total"],
-               traces_new=len(new), mix_by_rung={str(k): len(v) for k, v in mix_rungs.items()},
+               solved=solved, label_samples=label["samples_total"], label_source=cfg.label_source,
+               labels_by_source=labels, traces_new=len(new), mix_by_rung={str(k): len(v) for k, v in mix_rungs.items()},
                token_share_by_rung=shares(tokens),
                loss_share_first_by_rung=shares({k: nll_first[k] * tokens[k] for k in nll_first}) if nll_first else None,
                loss_share_last_by_rung=shares({k: nll_last[k] * tokens[k] for k in nll_last}) if nll_last else None,
@@ -538,6 +556,10 @@ def finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0):
     fast = " ".join(f"{k}:{v:.2f}" for k, v in row["fast_by_rung"].items())
     vote = f"vote@{cfg.samples} rung {row['vote_rung']} {row['vote_accuracy']:.2f}" if row["vote_rung"] else "no vote"
     solved = f"rung {row['rung']} solved {row['solved']}/{row['problems_labelled']} | " if r else ""
+    if row.get("labels_by_source"):
+        kept = row["labels_by_source"][row["label_source"]]
+        steps, answer = ("-" if x is None else f"{x:.3f}" for x in (kept["precision_steps"], kept["precision_answer"]))
+        solved += f"{row['label_source']} labels {kept['kept']}, precision steps {steps} answer {answer} | "
     print(f"round {r} | {solved}fast per rung {fast} | {vote} | {row['cumulative_flops']:.3g} FLOPs | "
           f"{row['seconds']:.0f} s", flush=True)
     return row

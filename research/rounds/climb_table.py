@@ -130,6 +130,78 @@ def kept_table(arms, rungs=("2", "3", "4", "5", "6")):
             print(f"| {arm} | {r} | " + " | ".join(f"{cell(d, 3)}" for d in diffs) + " |")
 
 
+def common_rounds(seeds, which):
+    """The rounds every seed has: tested (which 1, test.jsonl) or run (which 0, climb.jsonl: validation)."""
+    return sorted(set.intersection(*(set(seed[which]) for seed in seeds)))
+
+
+def erosion_table(arms, which, split):
+    """Each rung a round labelled, in every later round, minus its value after its own round (the round that
+    labelled it), paired by seed: what learning the later rungs cost it (issue #67; against round 0 a rung
+    learnt in the climb always looks kept)."""
+    print(f"\nErosion on {split}: each rung's greedy accuracy after a later round minus its value after its own round "
+          f"(the round that labelled it), paired by seed\n")
+    tables = {arm: (seeds, common_rounds(seeds, which)) for arm, seeds in arms.items()}
+    own = {arm: {seeds[0][which][r]["rung"]: r for r in rs if r} for arm, (seeds, rs) in tables.items()}
+    rungs = sorted({k for v in own.values() for k in v})
+    print("| arm | round | " + " | ".join(f"rung {k}" for k in rungs) + " |")
+    print("| --- | ---: | " + " | ".join("---:" for _ in rungs) + " |")
+    for arm, (seeds, rs) in tables.items():
+        for r in rs:
+            cells = [cell([seed[which][r]["fast_by_rung"][str(k)] - seed[which][own[arm][k]]["fast_by_rung"][str(k)]
+                           for seed in seeds], 3) if own[arm].get(k, r) < r else "-" for k in rungs]
+            if any(c != "-" for c in cells):
+                print(f"| {arm} | {r} | " + " | ".join(cells) + " |")
+
+
+def next_rung_table(arms):
+    """Length generalisation: System 1 (greedy) at the rung above the newest, after round r, i.e. at rung r + 1's
+    start before its own round labels it; and System 2 (the decomposed vote) there, on validation (each run's own
+    rows) and, where tested, test."""
+    print("\nThe next rung before its round: after round r, greedy (System 1) and the decomposed vote (System 2) at "
+          "the rung round r + 1 labels, mean of the seeds\n")
+    print("| arm | round | next rung | System 1 (validation) | vote (validation) | System 1 (test) | vote (test) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for arm, seeds in arms.items():
+        for r in common_rounds(seeds, 0):
+            k = seeds[0][0][r].get("vote_rung")
+            if k is None:
+                continue
+            tested = [test[r] for _, test in seeds if r in test]
+            on_test = [f"{np.mean([t[f][str(k)] for t in tested]):.2f}" if len(tested) == len(seeds) else "-"
+                       for f in ("fast_by_rung", "vote_by_rung")]
+            print(f"| {arm} | {r} | {k} | {cell([c[r]['fast_by_rung'][str(k)] for c, _ in seeds])} | "
+                  f"{cell([c[r]['vote_accuracy'] for c, _ in seeds])} | {on_test[0]} | {on_test[1]} |")
+
+
+def labels_table(arms):
+    """Each round's labels: the source that filtered (climb.py --label-source), what it kept and its precision by
+    the step key (verify.check_steps) and by the final answer, and what the other sources would have kept from the
+    same samples, measured offline (rounds with labels_by_source only)."""
+    sources = ("key", "answer", "vote")
+    print("\nLabels each round (mean of the seeds): the source used, traces kept and their precision by the step key "
+          "and by the final answer; every source on the same samples, offline: kept (steps / answer precision)\n")
+    print("| arm | round | rung | source | labelled | kept | precision (steps) | precision (answer) | "
+          + " | ".join(f"offline: {x}" for x in sources) + " |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | " + " | ".join("---" for _ in sources) + " |")
+    def mean(rows, src, f, digits=3):  # "-" where a seed kept nothing (no precision to measure)
+        values = [x["labels_by_source"][src][f] for x in rows]
+        return "-" if None in values else f"{np.mean(values):.{digits}f}"
+    for arm, seeds in arms.items():
+        for r in common_rounds(seeds, 0):
+            rows = [climb[r] for climb, _ in seeds]
+            if not all(x.get("labels_by_source") for x in rows):
+                continue
+            src = rows[0]["label_source"]
+            offline = [f"{mean(rows, x, 'kept', 0)} ({mean(rows, x, 'precision_steps')} / "
+                       f"{mean(rows, x, 'precision_answer')})" for x in sources]
+            used = [mean(rows, src, f) if mean(rows, src, f) == "-" else
+                    cell([x["labels_by_source"][src][f] for x in rows], 3)
+                    for f in ("precision_steps", "precision_answer")]
+            print(f"| {arm} | {r} | {rows[0]['rung']} | {src} | {np.mean([x['problems_labelled'] for x in rows]):.0f} "
+                  f"| {mean(rows, src, 'kept', 0)} | {used[0]} | {used[1]} | " + " | ".join(offline) + " |")
+
+
 def trend_table(arms):
     print("\nThe trend test: per seed, the least-squares slope of mean greedy accuracy over rungs 2-10 (test) "
           "against the round; mean of the seeds [95% t]\n")
@@ -210,10 +282,14 @@ def main(argv=None):
     per_rung_table(arms, "vote_by_rung", "Deliberate (decomposed majority vote) per rung on the first test problems "
                                          "of each rung, mean of the seeds")
     kept_table(arms)
+    erosion_table(arms, 1, "test")
     trend_table(arms)
     reach_table(arms)
     rounds_table(arms)
+    labels_table(arms)
     val_table(arms)
+    erosion_table(arms, 0, "validation")
+    next_rung_table(arms)
 
 
 if __name__ == "__main__":

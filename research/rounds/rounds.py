@@ -367,11 +367,43 @@ def frontier_problems(pool, fast_by_level, threshold, n):
     return (keep[:n] if n else keep), top + 1
 
 
-def select_traces(record, rule, cap):
-    """The samples of one record to distil: accepted by the grader (against the training answer) and ended by
-    the stop token, at most `cap` of them: `all` the first accepted, `distinct` the first distinct texts,
-    `shortest` the shortest distinct texts (ties: the one sampled first)."""
-    ok = [s for s in E.samples_of(record) if s["correct"] and s["finish_reason"] == "stop"]
+LABEL_SOURCES = ("key", "answer", "vote")  # where a trace's label comes from (climb.py --label-source)
+
+
+def same_answer(sample, answer):
+    """True when the sample's boxed answer equals `answer` (verify.is_equivalent); no box or no answer: False."""
+    return answer is not None and sample["extracted"] is not None and verify.is_equivalent(sample["extracted"],
+                                                                                            str(answer))
+
+
+def vote_answer(record, min_votes):
+    """The record's samples' plurality boxed answer (a sample without a box does not vote), or None when fewer than
+    min_votes samples give it or another answer ties it for the top: a label from the samples alone, never the
+    problem's answer."""
+    answers = [s["extracted"] for s in E.samples_of(record)]
+    votes = lambda pool, a: sum(b is not None and verify.is_equivalent(b, a) for b in pool)  # noqa: E731
+    top = E.majority_vote(answers)
+    if top is None or votes(answers, answers[top]) < min_votes:
+        return None
+    rest = [None if votes([a], answers[top]) else a for a in answers]  # the runner-up's samples, the top's taken out
+    second = E.majority_vote(rest)
+    return None if second is not None and votes(rest, rest[second]) == votes(answers, answers[top]) else answers[top]
+
+
+def label_accepts(record, source, min_votes=2):
+    """Per sample of the record, whether its label source accepts it: `key` the grader's verdict (the step key on
+    the tiny ladder: verify.check_steps), `answer` the boxed answer equals the problem's answer (the real task's
+    verifier), `vote` it equals vote_answer's, the samples' own plurality (no answer used)."""
+    target = record["answer"] if source == "answer" else vote_answer(record, min_votes) if source == "vote" else None
+    return [s["correct"] if source == "key" else same_answer(s, target) for s in E.samples_of(record)]
+
+
+def select_traces(record, rule, cap, source="key", min_votes=2):
+    """The samples of one record to distil: accepted by the label source (label_accepts; `key`: the grader
+    against the training answer) and ended by the stop token, at most `cap` of them: `all` the first accepted,
+    `distinct` the first distinct texts, `shortest` the shortest distinct texts (ties: the one sampled first)."""
+    ok = [s for s, a in zip(E.samples_of(record), label_accepts(record, source, min_votes))
+          if a and s["finish_reason"] == "stop"]
     if rule != "all":
         seen, unique = set(), []
         for s in ok:
@@ -387,14 +419,26 @@ def trace_source(sample):
     return "hint" if sample.get("hinted") else "adaptive" if sample.get("adaptive") else "sample"
 
 
-def traces_for_round(records, cfg, r, tokenizer):
-    """Rows of traces_N.jsonl: one per selected trace; target_tokens is what distillation trains on (the
-    response re-encoded plus the stop token)."""
+def label_precision(records, rule, cap, source, min_votes=2):
+    """What a label source keeps from the records, measured offline against the truth it may not use: traces kept,
+    problems with one, and the share of kept traces the step key accepts (the grader's verdict) and whose boxed
+    answer is the problem's (None when nothing is kept)."""
+    kept = [(rec, select_traces(rec, rule, cap, source, min_votes)) for rec in records]
+    traces = [(rec, s) for rec, chosen in kept for s in chosen]
+    share = lambda ok: sum(ok) / len(traces) if traces else None  # noqa: E731
+    return dict(kept=len(traces), problems=sum(bool(chosen) for _, chosen in kept),
+                precision_steps=share([s["correct"] for _, s in traces]),
+                precision_answer=share([same_answer(s, rec["answer"]) for rec, s in traces]))
+
+
+def traces_for_round(records, cfg, r, tokenizer, source="key", min_votes=2):
+    """Rows of traces_N.jsonl: one per trace select_traces keeps (under the label source); target_tokens is what
+    distillation trains on (the response re-encoded plus the stop token)."""
     return [dict(round=r, id=rec["id"], level=rec.get("level"), subject=rec.get("subject"),
                  prompt_tokens=rec["prompt_tokens"], completion_tokens=s["completion_tokens"],
                  target_tokens=len(tokenizer.encode(s["response"])) + 1, adaptive=bool(s.get("adaptive")),
                  source=trace_source(s), response=s["response"])
-            for rec in records for s in select_traces(rec, cfg.selection, cfg.max_traces)]
+            for rec in records for s in select_traces(rec, cfg.selection, cfg.max_traces, source, min_votes)]
 
 
 # -----------------------------------------------------------------------------
