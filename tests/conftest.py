@@ -3,8 +3,12 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
-import torch
+# The scripts the tests start inherit this: one OpenMP thread each (see set_num_threads below), unless the caller
+# chose a count. Set before torch is imported, which reads it once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # tests import the repo's top-level modules (model, sample, ...) as a user running from the root would
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
