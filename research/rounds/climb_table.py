@@ -195,9 +195,8 @@ def labels_table(arms):
             src = rows[0]["label_source"]
             offline = [f"{mean(rows, x, 'kept', 0)} ({mean(rows, x, 'precision_steps')} / "
                        f"{mean(rows, x, 'precision_answer')})" for x in sources]
-            used = [mean(rows, src, f) if mean(rows, src, f) == "-" else
-                    cell([x["labels_by_source"][src][f] for x in rows], 3)
-                    for f in ("precision_steps", "precision_answer")]
+            used = [[x["labels_by_source"][src][f] for x in rows] for f in ("precision_steps", "precision_answer")]
+            used = ["-" if None in values else cell(values, 3) for values in used]
             print(f"| {arm} | {r} | {rows[0]['rung']} | {src} | {np.mean([x['problems_labelled'] for x in rows]):.0f} "
                   f"| {mean(rows, src, 'kept', 0)} | {used[0]} | {used[1]} | " + " | ".join(offline) + " |")
 

@@ -241,9 +241,10 @@ def deliberate(policy, tokenizer, train_set, cfg, round_dir, r):
     if cfg.rationalize:  # STaR's rationalization: the answer as a hint where sampling found nothing
         unsolved = [p for p, rec in zip(train_set, records) if n_correct(rec) == 0]
         if unsolved:
-            rationalized, s3 = E.evaluate(policy, tokenizer, unsolved, samples=cfg.rationalize_samples or cfg.samples,
-                                    seed=1_000 * (cfg.seed + 1) + 700 + r, out_dir=round_dir / "deliberate_hinted",
-                                    dataset=cfg.dataset, hint=hinted, **kw)
+            rationalized, s3 = E.evaluate(
+                policy, tokenizer, unsolved, samples=cfg.rationalize_samples or cfg.samples,
+                seed=1_000 * (cfg.seed + 1) + 700 + r, out_dir=round_dir / "deliberate_hinted", dataset=cfg.dataset,
+                hint=hinted, **kw)
             passes.append(s3)
             more = {rec["id"]: rec for rec in rationalized}
             records = [merge_samples(rec, more[rec["id"]], "hinted") if rec["id"] in more else rec for rec in records]
@@ -381,13 +382,14 @@ def vote_answer(record, min_votes):
     min_votes samples give it or another answer ties it for the top: a label from the samples alone, never the
     problem's answer."""
     answers = [s["extracted"] for s in E.samples_of(record)]
-    votes = lambda pool, a: sum(b is not None and verify.is_equivalent(b, a) for b in pool)  # noqa: E731
     top = E.majority_vote(answers)
-    if top is None or votes(answers, answers[top]) < min_votes:
+    if top is None:
         return None
-    rest = [None if votes([a], answers[top]) else a for a in answers]  # the runner-up's samples, the top's taken out
+    agrees = [a is not None and verify.is_equivalent(a, answers[top]) for a in answers]
+    rest = [None if agree else a for a, agree in zip(answers, agrees)]  # the runner-up's samples, the top's taken out
     second = E.majority_vote(rest)
-    return None if second is not None and votes(rest, rest[second]) == votes(answers, answers[top]) else answers[top]
+    runner_up = 0 if second is None else sum(a is not None and verify.is_equivalent(a, rest[second]) for a in rest)
+    return None if sum(agrees) < min_votes or runner_up == sum(agrees) else answers[top]
 
 
 def label_accepts(record, source, min_votes=2):
