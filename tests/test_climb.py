@@ -43,6 +43,21 @@ def test_each_rung_is_labelled_from_its_own_split_never_twice_by_hand(tmp_path):
     assert all(p["level"] == 9 for p in C.fresh_problems(far2, 9, 3, set()))
 
 
+def test_each_seed_draws_its_own_problems_with_problem_order_seeded():
+    pool = P.load_problems("tiny_ladder_far_train")
+    rung7 = [p["id"] for p in pool if p["level"] == 7]
+    assert C.order_seed(C.ClimbConfig(seed=3)) is None  # the default: the split's order, as before the flag
+    assert C.order_seed(C.ClimbConfig(seed=3, problem_order="seeded")) == 3
+    draws = {s: [p["id"] for p in C.fresh_problems(pool, 7, 50, set(), s)] for s in (0, 1)}
+    assert draws[0] != draws[1] and len(set(draws[0]) & set(draws[1])) < 25  # 50 of 1,000: about 2.5 shared
+    assert draws[0] == [p["id"] for p in C.fresh_problems(pool, 7, 50, set(), 0)]  # the same seed, the same draw
+    assert draws[0] != rung7[:50] and set(draws[0]) <= set(rung7)
+    every = [p["id"] for p in C.fresh_problems(pool, 7, 10_000, set(), 0)]
+    assert sorted(every) == sorted(rung7)  # all of them, each once: an order, not a sample with replacement
+    later = [p["id"] for p in C.fresh_problems(pool, 7, 50, set(draws[0]), 0)]
+    assert later == every[50:100]  # a later round goes on down the same order, never taking a problem again
+
+
 def test_replay_mix_counts_by_hand():
     assert C.replay_counts({2: 100, 3: 100, 6: 3}, 10) == {2: 4, 3: 3, 6: 3}  # 10 over 3 rungs: 4, 3, 3
     assert C.replay_counts({2: 100, 6: 1}, 10) == {2: 9, 6: 1}  # what rung 6 lacks goes to rung 2
@@ -101,6 +116,42 @@ def test_the_label_source_is_for_system_2s_samples_only():
     for bad in (dict(labels="generator"), dict(learner="drgrpo")):
         with pytest.raises(ValueError, match="--label-source vote chooses among System 2's samples"):
             C.check_config(C.ClimbConfig(label_source="vote", **bad))
+        with pytest.raises(ValueError, match="--base-labels own labels with System 2's samples"):
+            C.check_config(C.ClimbConfig(base_labels="own", **bad))
+    with pytest.raises(ValueError, match="--no-base-replay has none"):
+        C.check_config(C.ClimbConfig(base_labels="own", base_replay=False))
+
+
+def test_base_labels_own_replays_pi_0s_own_labels_of_the_rungs_below_and_a_resume_reads_them_again(tmp_path):
+    """--base-labels own: round 0's System 2 labels --base-problems rows of each rung below --start-rung; the label
+    source keeps what it accepts (answer: the boxed answer is the problem's, checked here by the verifier), row 0
+    records each source's precision and the labelling FLOPs, round 1 replays only those traces, and a resume after
+    round 1 is lost gives the same weights from the cached records."""
+    out = tmp_path / "own"
+    flags = SMOKE + ["--start-rung", "4", "--base-labels", "own", "--base-problems", "3", "--label-source", "answer",
+                     "--samples", "4"]
+    rows = C.main(flags + ["--out", str(out)])
+    records = E.read_records(out / "round_0" / "base_label" / "records.jsonl")[0]
+    ladder = P.load_problems("tiny_ladder_train")
+    first = {k: [p["id"] for p in ladder if p["level"] == k][:3] for k in (2, 3)}  # in the split's order
+    assert [r["id"] for r in records] == first[2] + first[3]
+    by_id = {p["id"]: p for p in ladder}
+    right = [(r, s) for r in records for s in E.samples_of(r)
+             if V.extract_answer(s["response"]) == str(by_id[r["id"]]["answer"])]
+    row0 = rows[0]
+    answer = row0["base_labels_by_source"]["answer"]
+    assert answer["kept"] == row0["base_traces"] == len({r["id"] for r, _ in right})  # one trace a problem
+    assert answer["precision_answer"] in (1.0, None) and row0["base_problems_labelled"] == 6
+    assert row0["label_samples"] == 24 and row0["deliberation_flops"] > 0
+    assert row0["cumulative_flops"] == row0["round_flops"] == row0["deliberation_flops"]  # counted in round 0
+    replayed = {k: v for k, v in rows[1]["mix_by_rung"].items() if int(k) < 4}
+    assert sum(replayed.values()) <= answer["kept"] and set(replayed) <= {"2", "3"}
+    weights = (out / "round_1" / "model.safetensors").read_bytes()
+    log = out / "climb.jsonl"
+    log.write_bytes(log.read_bytes().splitlines(keepends=True)[0])  # round 1 lost: the base is read from the cache
+    (out / "round_1" / "model.safetensors").unlink()
+    C.main(flags + ["--out", str(out), "--resume"])
+    assert (out / "round_1" / "model.safetensors").read_bytes() == weights
 
 
 def test_lr_warms_up_then_decays_by_cosine_as_lr_at(monkeypatch):
@@ -250,7 +301,7 @@ def test_a_resume_refuses_missing_or_damaged_traces_keeps_the_first_config_and_r
     run = tmp_path / "run"
     C.main(flags + ["--out", str(run), "--rounds", "1"])
     saved = json.loads((run / "config.json").read_text())
-    for newer in ("loss_probe", "label_source", "vote_min"):  # as a run from before the flags existed wrote it
+    for newer in ("loss_probe", "label_source", "vote_min", "problem_order", "base_labels", "base_problems"):
         del saved[newer]
     runs.write_json(run / "config.json", dict(saved, rounds=2))
     first = (run / "config.json").read_bytes()
@@ -274,9 +325,10 @@ def test_a_resume_refuses_missing_or_damaged_traces_keeps_the_first_config_and_r
     monkeypatch.setattr(runs, "code_version", lambda: "another-commit")
     capsys.readouterr()
     C.main(flags + ["--out", str(run), "--resume"])
-    assert f"note: --resume: {run / 'config.json'} has no label_source, vote_min, loss_probe (settings newer than " \
-           f"the run); it goes on with their defaults, as it ran: --label-source 'key', --vote-min 2, --loss-probe 64" \
-           in capsys.readouterr().err
+    assert f"note: --resume: {run / 'config.json'} has no label_source, vote_min, problem_order, base_labels, " \
+           f"base_problems, loss_probe (settings newer than the run); it goes on with their defaults, as it ran: " \
+           f"--label-source 'key', --vote-min 2, --problem-order 'file', --base-labels 'ladder', --base-problems " \
+           f"400, --loss-probe 64" in capsys.readouterr().err
     assert (run / "round_2" / "model.safetensors").read_bytes() == \
         (straight / "round_2" / "model.safetensors").read_bytes()
     saved = json.loads((run / "config.json").read_text())

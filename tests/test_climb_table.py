@@ -114,6 +114,8 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
             rows.append(dict(round=r, rung=5 + r if r else None, vote_rung=6 + r, vote_accuracy=0.3 + 0.1 * i,
                              fast_by_rung={str(k): acc.get(str(k), 0.5) for k in range(2, 11)}, cumulative_flops=0.0,
                              problems_labelled=40, label_source="answer", labels_by_source=labels if r else None))
+        rows[0].update(base_rungs=[2, 3, 4, 5], base_problems_labelled=16, base_labels_by_source=rows[1][
+            "labels_by_source"])  # climb.py --base-labels own: pi_0 labelled the rungs below rung 6 in round 0
         runs.write_jsonl(d / "climb.jsonl", rows)
         runs.write_jsonl(d / "test.jsonl", [dict(row, vote_by_rung=row["fast_by_rung"]) for row in rows[:3]])
     arms = CT.load([f"a={tmp_path}/s?"])
@@ -140,7 +142,9 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
                          f"| a | 3 | 9 | 0.50 [0.50, 0.50] | {vote} | - | - |"]
     CT.labels_table(arms)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 7  # title, header and rounds 1-3; round 0 labels nothing
-    assert lines[4] == (f"| a | 1 | 6 | answer | 40 | 20 | 0.550 [-0.085, 1.185] | 1.000 [1.000, 1.000] | "
-                        f"10 (1.000 / 1.000) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")
-    assert lines[6].endswith("| 0 (- / -) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")  # nothing kept: no precision
+    assert len(lines) == 8  # title, header and rounds 0-3
+    same = "20 | 0.550 [-0.085, 1.185] | 1.000 [1.000, 1.000] | 10 (1.000 / 1.000) | 20 (0.550 / 1.000) | " \
+           "30 (0.400 / 0.700) |"
+    assert lines[4] == f"| a | 0 | 2-5 | answer | 16 | {same}"  # the base replay's labels, rungs 2-5
+    assert lines[5] == f"| a | 1 | 6 | answer | 40 | {same}"
+    assert lines[7].endswith("| 0 (- / -) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")  # nothing kept: no precision

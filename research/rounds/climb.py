@@ -8,7 +8,8 @@ The climb (issue #57): System 2 labels one new rung a round, System 1 learns it 
 Round r (1, 2, ...) targets rung k = --start-rung + r - 1 (6, 7, 8, 9, 10 by default), from pi_{r-1} (pi_0 =
 --start, saved as round_0/):
 1. Label (System 2): pi_{r-1} solves --label-problems fresh training problems of rung k (the rung's rows of the
-   split that holds it, in order, never a problem an earlier round labelled) by rounds.py's decomposed deliberation:
+   split that holds it, in order, or with --problem-order seeded in an order shuffled by --seed; never a problem an
+   earlier round labelled) by rounds.py's decomposed deliberation:
    each of --samples samples is a chain of calls on pieces of at most --chunk-ops operations. The traces the label
    source accepts are kept (rounds.select_traces: at most --max-traces a problem), written to traces_r.jsonl:
    --label-source key those verify.check_steps accepts against the training answer (the step key: only the
@@ -17,11 +18,12 @@ Round r (1, 2, ...) targets rung k = --start-rung + r - 1 (6, 7, 8, 9, 10 by def
    tied by no other answer (no answer used). The row records what each source would keep and its precision by the
    step key and by the answer (rounds.label_precision), measured offline whichever source filtered.
 2. Distil (System 1), when labelling gave at least --min-traces traces: the new rung's traces beside a replay of
-   --replay-ratio as many earlier traces (every earlier round's, and with --base-replay the ladder's own worked
-   solutions of the rungs below --start-rung), shared out as evenly over the earlier rungs as they allow; --updates
-   AdamW steps of --batch-size traces drawn in seeded passes over the mix, lr warmed up linearly for --warmup
-   updates then cosine-decayed from --lr (train_rl.lr_at), each step train_rl.sft_update (the token-mean NLL, prompt
-   masked). A fresh optimizer every round (Lee et al. 2025 re-warm each round).
+   --replay-ratio as many earlier traces (every earlier round's, and with --base-replay those of the rungs below
+   --start-rung: --base-labels ladder the ladder's worked solutions, an answer key; own pi_0's decomposed samples of
+   --base-problems a rung, kept by --label-source in round 0), shared out as evenly over the earlier rungs as they
+   allow; --updates AdamW steps of --batch-size traces drawn in seeded passes over the mix, lr warmed up linearly
+   for --warmup updates then cosine-decayed from --lr (train_rl.lr_at), each step train_rl.sft_update (the
+   token-mean NLL, prompt masked). A fresh optimizer every round (Lee et al. 2025 re-warm each round).
 3. Evaluate pi_r: fast (greedy, step-valid, --max-new-tokens) per rung 2-10 on the validation splits (--val-limit a
    rung), and the decomposed vote (majority over --samples) at the next rung, k + 1.
 Row 0 of climb.jsonl evaluates pi_0 (its vote at --start-rung); row r holds round r: the rung, problems labelled
@@ -102,6 +104,9 @@ class ClimbConfig:
                                          "source's precision offline", choices=R.LABEL_SOURCES)
     vote_min: int = label_arg(2, "--label-source vote: the fewest samples giving the plurality answer (a tie for the "
                                  "top labels nothing)", range="[1, inf)")
+    problem_order: str = label_arg("file", "which fresh problems a round labels: file (the rung's rows in the split's "
+                                           "order, the same for every seed) or seeded (in an order shuffled by --seed, "
+                                           "so each seed draws its own problems)", choices=("file", "seeded"))
     chunk_ops: int = label_arg(2, "operations per piece of the decomposition (pieces of 3 solved 1 of 40 rung-6 "
                                   "problems from tiny-ladder, pieces of 2 275 of 400)", range="[1, inf)")
     temperature: float = label_arg(0.5, "sampling temperature of the decomposed samples", range="(0, inf)")
@@ -110,8 +115,14 @@ class ClimbConfig:
                                      "few traces drawn hundreds of times break the policy", range="[1, inf)")
     replay_ratio: float = distil_arg(1.0, "replayed earlier traces per new trace in the mix (0: none)",
                                      range="[0, inf)")
-    base_replay: bool = distil_arg(True, "the replay also holds the ladder's worked solutions of the rungs below "
-                                         "--start-rung (tiny_ladder_train)")
+    base_replay: bool = distil_arg(True, "the replay also holds labelled problems of the rungs below --start-rung "
+                                         "(tiny_ladder_train), labelled by --base-labels")
+    base_labels: str = distil_arg("ladder", "who labels the base replay: ladder (the generator's worked solution of "
+                                            "every problem: the reference chain, an answer key) or own (pi_0's "
+                                            "decomposed samples of --base-problems a rung, kept by --label-source, "
+                                            "in round 0)", choices=("ladder", "own"))
+    base_problems: int = distil_arg(400, "--base-labels own: problems a rung below --start-rung that pi_0 labels",
+                                    range="[1, inf)")
     updates: int = distil_arg(220, "AdamW updates of distillation a round", range="[1, inf)")
     batch_size: int = distil_arg(32, "traces per update", range="[1, inf)")
     lr: float = distil_arg(1e-3, "peak learning rate (cosine-decayed to 0 after warmup)", range="[0, inf)")
@@ -165,6 +176,11 @@ def check_config(cfg):
     if cfg.label_source != "key" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
         raise ValueError(f"--label-source {cfg.label_source} chooses among System 2's samples; --labels generator "
                          f"and --learner drgrpo have none (leave it at key)")
+    if cfg.base_labels == "own" and not cfg.base_replay:
+        raise ValueError("--base-labels own labels the base replay; --no-base-replay has none (leave it at ladder)")
+    if cfg.base_labels == "own" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
+        raise ValueError("--base-labels own labels with System 2's samples; --labels generator and --learner drgrpo "
+                         "have none (leave it at ladder)")
     if cfg.start_rung + cfg.rounds - 1 > RUNGS[-1]:
         raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
                          f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {RUNGS[-1]}")
@@ -188,9 +204,18 @@ def split_of(rung, which):
     return next(s[which] for s in SPLITS if rung <= s[0])
 
 
-def fresh_problems(pool, rung, n, used):
-    """The first n rows of the rung in pool (a split's rows, in order) that no earlier round used."""
-    return [p for p in pool if p["level"] == rung and p["id"] not in used][:n]
+def fresh_problems(pool, rung, n, used, seed=None):
+    """The first n rows of the rung in pool (a split's rows, in order, or with a seed in an order shuffled by it)
+    that no earlier round used."""
+    rows = [p for p in pool if p["level"] == rung]
+    if seed is not None:  # --problem-order seeded: each seed its own problems (issue #67)
+        random.Random(f"climb-problems-{seed}-{rung}").shuffle(rows)
+    return [p for p in rows if p["id"] not in used][:n]
+
+
+def order_seed(cfg):
+    """fresh_problems' seed: None in the split's order (--problem-order file), else --seed."""
+    return cfg.seed if cfg.problem_order == "seeded" else None
 
 
 def write_labelled_ids(round_dir, problems):
@@ -222,6 +247,30 @@ def worked_traces(rows, tokenizer, r, source):
             P.format_prompt(p["problem"], TEMPLATE))), completion_tokens=n, target_tokens=n + 1, adaptive=False,
             source=source, response=response))
     return out
+
+
+def base_traces(cfg, out, train, tokenizer, device):
+    """The replay's traces of the rungs below --start-rung, and row 0's fields about their labels: none
+    (--no-base-replay), the generator's worked solution of every row (--base-labels ladder: the reference chain,
+    an answer key), or pi_0's decomposed samples of --base-problems fresh rows a rung kept by --label-source
+    (--base-labels own, round 0's System 2; its records in round_0/base_label are the cache a resume reads)."""
+    rows = [p for p in train[SPLITS[0][1]] if p["level"] < cfg.start_rung]
+    if not cfg.base_replay:
+        return [], {}
+    if cfg.base_labels == "ladder":
+        return worked_traces(rows, tokenizer, 0, "ladder"), {}
+    view = rounds_view(cfg)
+    problems = [p for k in range(RUNGS[0], cfg.start_rung)
+                for p in fresh_problems(rows, k, cfg.base_problems, set(), order_seed(cfg))]
+    _, sampler = R.load_policy(out / "round_0", device)
+    records, label = R.decompose(sampler, tokenizer, problems, view, out / "round_0" / "base_label",
+                                 1_000 * (cfg.seed + 1), cfg.samples, SPLITS[0][1])
+    traces = R.traces_for_round(records, view, 0, tokenizer, cfg.label_source, cfg.vote_min)
+    return traces, dict(base_rungs=list(range(RUNGS[0], cfg.start_rung)), label_source=cfg.label_source,
+                        base_problems_labelled=len(problems), base_traces=len(traces),
+                        base_labels_by_source={k: R.label_precision(records, view.selection, view.max_traces, k,
+                                                                    cfg.vote_min) for k in R.LABEL_SOURCES},
+                        label_samples=label["samples_total"], deliberation_flops=label["inference_flops"] or 0.0)
 
 
 # -----------------------------------------------------------------------------
@@ -500,7 +549,7 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     shutil.rmtree(round_dir / "eval", ignore_errors=True)  # what pi_r made before an interruption is redone
     (round_dir / "model.safetensors").unlink(missing_ok=True)
     view, split = rounds_view(cfg), split_of(rung, 1)
-    problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r))
+    problems = fresh_problems(train[split], rung, cfg.label_problems, used_ids(out, r), order_seed(cfg))
     if not problems:
         raise ValueError(f"round {r}: {split} has no unused problem of rung {rung}")
     if cfg.learner == "drgrpo":  # the baseline: no labels; its System 1 learns the rung by RL (from disk)
@@ -556,10 +605,12 @@ def finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0):
     fast = " ".join(f"{k}:{v:.2f}" for k, v in row["fast_by_rung"].items())
     vote = f"vote@{cfg.samples} rung {row['vote_rung']} {row['vote_accuracy']:.2f}" if row["vote_rung"] else "no vote"
     solved = f"rung {row['rung']} solved {row['solved']}/{row['problems_labelled']} | " if r else ""
-    if row.get("labels_by_source"):
-        kept = row["labels_by_source"][row["label_source"]]
-        steps, answer = ("-" if x is None else f"{x:.3f}" for x in (kept["precision_steps"], kept["precision_answer"]))
-        solved += f"{row['label_source']} labels {kept['kept']}, precision steps {steps} answer {answer} | "
+    for field, what in (("base_labels_by_source", "base "), ("labels_by_source", "")):
+        if row.get(field):
+            kept = row[field][cfg.label_source]
+            steps, answer = ("-" if x is None else f"{x:.3f}" for x in (kept["precision_steps"],
+                                                                        kept["precision_answer"]))
+            solved += f"{what}{cfg.label_source} labels {kept['kept']}, precision steps {steps} answer {answer} | "
     print(f"round {r} | {solved}fast per rung {fast} | {vote} | {row['cumulative_flops']:.3g} FLOPs | "
           f"{row['seconds']:.0f} s", flush=True)
     return row
@@ -580,12 +631,14 @@ def run(cfg):
     pi_0 = None if cfg.resume else checkpoint.load_model(cfg.start, dtype=torch.float32, device=device)
     rows = start_run(cfg, out)  # bad weights fail before --out is claimed
     print(json.dumps(dataclasses.asdict(cfg)))
-    base = worked_traces([p for p in data[0][SPLITS[0][1]] if p["level"] < cfg.start_rung], tokenizer, 0, "ladder") \
-        if cfg.base_replay else []
     if not rows:
+        t0 = time.time()
         pi_0 = pi_0 if pi_0 is not None else checkpoint.load_model(cfg.start, dtype=torch.float32, device=device)
         R.save_policy(pi_0, out / "round_0", tokenizer)
-        rows.append(finish_row(dict(round=0, rung=None), 0, cfg, out, data[1], tokenizer, device, rows, time.time()))
+        base, fields = base_traces(cfg, out, data[0], tokenizer, device)
+        rows.append(finish_row(dict(round=0, rung=None, **fields), 0, cfg, out, data[1], tokenizer, device, rows, t0))
+    else:
+        base, _ = base_traces(cfg, out, data[0], tokenizer, device)
     for r in range(len(rows), cfg.rounds + 1):
         rows.append(run_round(r, cfg, out, data, tokenizer, device, rows, base))
     print(f"done: {out}")

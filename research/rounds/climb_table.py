@@ -177,28 +177,33 @@ def next_rung_table(arms):
 def labels_table(arms):
     """Each round's labels: the source that filtered (climb.py --label-source), what it kept and its precision by
     the step key (verify.check_steps) and by the final answer, and what the other sources would have kept from the
-    same samples, measured offline (rounds with labels_by_source only)."""
+    same samples, measured offline (rounds with labels_by_source only; round 0 where pi_0 labelled the base replay,
+    climb.py --base-labels own)."""
     sources = ("key", "answer", "vote")
     print("\nLabels each round (mean of the seeds): the source used, traces kept and their precision by the step key "
           "and by the final answer; every source on the same samples, offline: kept (steps / answer precision)\n")
     print("| arm | round | rung | source | labelled | kept | precision (steps) | precision (answer) | "
           + " | ".join(f"offline: {x}" for x in sources) + " |")
     print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | " + " | ".join("---" for _ in sources) + " |")
-    def mean(rows, src, f, digits=3):  # "-" where a seed kept nothing (no precision to measure)
-        values = [x["labels_by_source"][src][f] for x in rows]
-        return "-" if None in values else f"{np.mean(values):.{digits}f}"
     for arm, seeds in arms.items():
         for r in common_rounds(seeds, 0):
             rows = [climb[r] for climb, _ in seeds]
-            if not all(x.get("labels_by_source") for x in rows):
+            base = "base_" if r == 0 else ""  # round 0: pi_0's labels of the rungs below the first round's
+            if not all(x.get(f"{base}labels_by_source") for x in rows):
                 continue
+            labels = [x[f"{base}labels_by_source"] for x in rows]
+            def mean(src, f, digits=3):  # "-" where a seed kept nothing (no precision to measure)
+                values = [x[src][f] for x in labels]
+                return "-" if None in values else f"{np.mean(values):.{digits}f}"
             src = rows[0]["label_source"]
-            offline = [f"{mean(rows, x, 'kept', 0)} ({mean(rows, x, 'precision_steps')} / "
-                       f"{mean(rows, x, 'precision_answer')})" for x in sources]
-            used = [[x["labels_by_source"][src][f] for x in rows] for f in ("precision_steps", "precision_answer")]
+            offline = [f"{mean(x, 'kept', 0)} ({mean(x, 'precision_steps')} / {mean(x, 'precision_answer')})"
+                       for x in sources]
+            used = [[x[src][f] for x in labels] for f in ("precision_steps", "precision_answer")]
             used = ["-" if None in values else cell(values, 3) for values in used]
-            print(f"| {arm} | {r} | {rows[0]['rung']} | {src} | {np.mean([x['problems_labelled'] for x in rows]):.0f} "
-                  f"| {mean(rows, src, 'kept', 0)} | {used[0]} | {used[1]} | " + " | ".join(offline) + " |")
+            rung = f"{rows[0]['base_rungs'][0]}-{rows[0]['base_rungs'][-1]}" if base else rows[0]["rung"]
+            labelled = np.mean([x[f"{base}problems_labelled"] for x in rows])
+            print(f"| {arm} | {r} | {rung} | {src} | {labelled:.0f} | {mean(src, 'kept', 0)} | {used[0]} | {used[1]} | "
+                  + " | ".join(offline) + " |")
 
 
 def trend_table(arms):
