@@ -1,6 +1,7 @@
 """climb.py: fresh problems per rung and the replay mix by hand, the lr schedule against train_rl.lr_at, one tiny
 round end to end and a --resume after it that changes nothing."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -12,10 +13,12 @@ import torch
 
 import checkpoint
 import evaluate as E
+import model as M
 import problems as P
 import runs
 import tiny
 import train_rl as T
+import update as U
 import verify as V
 from research.rounds import climb as C
 from research.rounds import rounds as R
@@ -112,6 +115,64 @@ def test_each_label_source_keeps_what_it_should_and_precision_says_so_by_hand():
                                                                    precision_answer=None)
 
 
+def test_the_scaffold_learner_rewards_each_sample_by_the_label_source_with_dr_grpos_gradient_by_hand(monkeypatch):
+    """--learner scaffold: a group is a record that --label-source splits; each sample's advantage is Dr. GRPO's
+    r - mean (2 of 4 right: +0.5, -0.5, +0.5, -0.5); the update's gradient is -sum_i A_i log pi(o_i | x) / (budget x
+    rows) over System 1's prompt, computed here by hand, and its step raises that sum."""
+    p = dict(id="p", problem="5 + 3 - 2", answer="6", level=2)
+    ref, lucky, wrong = "\n5 + 3 = 8\n8 - 2 = 6\n\\boxed{6}", "\n5 + 3 = 9\n9 - 2 = 6\n\\boxed{6}", \
+        "\n5 + 3 = 9\n9 - 2 = 7\n\\boxed{7}"
+    split = decomposed_record(p, [ref, wrong, lucky, "\n5 + 3 = 8\n8 - 2 = 7"], finish={3: "length"})
+    same = decomposed_record(dict(p, id="q"), [ref, ref, ref, ref])  # all accepted: no signal, not a group
+    cfg = C.ClimbConfig(label_source="answer", learner="scaffold", base_labels="own", samples=4, batch_size=4,
+                        updates=1, warmup=0, lr=1e-5)
+    groups = C.scaffold_groups([split, same], cfg)
+    assert [g["id"] for g in groups] == ["p"] and groups[0]["rewards"] == [1.0, 0.0, 1.0, 0.0]
+    assert [g["rewards"] for g in C.scaffold_groups([split], dataclasses.replace(cfg, label_source="key"))] == \
+        [[1.0, 0.0, 0.0, 0.0]]  # the step key refuses the lucky chain
+    tokenizer = checkpoint.load_tokenizer("tiny-ladder")
+    rows = C.scaffold_rollouts(groups, {"p": p}, tokenizer)
+    eos = tokenizer.stop_token_ids(chat=False)[0]
+    assert [r.advantage for r in rows] == [0.5, -0.5, 0.5, -0.5]
+    assert rows[0].prompt == tokenizer.encode(P.format_prompt(p["problem"], "base"))  # System 1's prompt
+    assert rows[0].tokens == tokenizer.encode(ref) + [eos] and rows[3].tokens[-1] != eos  # the cut one: no stop
+    policy = checkpoint.load_model("tiny-ladder", dtype=torch.float32, device="cpu")
+
+    def completion_logp():  # each row's summed log-prob of its completion after its prompt, with gradient
+        return [M.token_logprobs(policy, torch.tensor([r.prompt + r.tokens]))[0][0, len(r.prompt) - 1:].sum()
+                for r in rows]
+    # the expected gradient, by hand: -sum_i A_i log pi(o_i | x) / (--max-new-tokens x 4 rows)
+    (-sum(r.advantage * lp for r, lp in zip(rows, completion_logp())) / (cfg.max_new_tokens * 4)).backward()
+    expected = {n: q.grad.clone() for n, q in policy.named_parameters()}
+    policy.zero_grad()
+    seen, apply = {}, U.apply_gradients
+    monkeypatch.setattr(U, "apply_gradients", lambda m, *a: seen.update(
+        {n: q.grad.clone() for n, q in m.named_parameters()}) or apply(m, *a))
+    with torch.no_grad():
+        before = sum(r.advantage * float(lp) for r, lp in zip(rows, completion_logp()))
+    losses, trained = C.scaffold_learn(policy, groups, cfg, 1, "cpu", tokenizer, {"p": p})
+    assert len(losses) == 1 and len(trained) == 4 and seen.keys() == expected.keys()
+    for n in expected:
+        torch.testing.assert_close(seen[n], expected[n], rtol=1e-4, atol=1e-7)
+    with torch.no_grad():  # one small step raises sum_i A_i log pi(o_i): right traces up, wrong ones down
+        assert sum(r.advantage * float(lp) for r, lp in zip(rows, completion_logp())) > before
+
+
+def test_a_scaffold_round_learns_from_the_groups_of_its_rung_and_of_the_base_replay(tmp_path):
+    out = tmp_path / "scaffold"
+    rows = C.main(SMOKE + ["--start-rung", "4", "--learner", "scaffold", "--base-labels", "own", "--base-problems", "4",
+                           "--label-source", "answer", "--samples", "4", "--out", str(out)])
+    row = rows[1]
+    groups = C.scaffold_groups(C.label_records(out, 1), C.ClimbConfig(label_source="answer"))
+    base = C.scaffold_groups(C.label_records(out, 0), C.ClimbConfig(label_source="answer"))
+    assert row["groups_new"] == len(groups) and row["traces_new"] == row["labels_by_source"]["answer"]["kept"]
+    mix = {int(k): v for k, v in row["mix_by_rung"].items()}
+    assert mix.get(4, 0) == len(groups) and sum(v for k, v in mix.items() if k < 4) == min(len(base), len(groups))
+    assert row["updates"] == (2 if groups else 0) and (row["distillation_flops"] > 0) == bool(groups)
+    assert row["cumulative_flops"] == rows[0]["cumulative_flops"] + row["deliberation_flops"] + \
+        row["distillation_flops"]
+
+
 def test_the_label_source_is_for_system_2s_samples_only():
     for bad in (dict(labels="generator"), dict(learner="drgrpo")):
         with pytest.raises(ValueError, match="--label-source vote chooses among System 2's samples"):
@@ -120,6 +181,10 @@ def test_the_label_source_is_for_system_2s_samples_only():
             C.check_config(C.ClimbConfig(base_labels="own", **bad))
     with pytest.raises(ValueError, match="--no-base-replay has none"):
         C.check_config(C.ClimbConfig(base_labels="own", base_replay=False))
+    for bad in (dict(labels="generator", base_labels="own"), dict(base_labels="ladder")):
+        with pytest.raises(ValueError, match="--learner scaffold rewards System 2's samples"):
+            C.check_config(C.ClimbConfig(learner="scaffold", **bad))
+    C.check_config(C.ClimbConfig(learner="scaffold", base_replay=False))  # no base replay: nothing to label
 
 
 def test_base_labels_own_replays_pi_0s_own_labels_of_the_rungs_below_and_a_resume_reads_them_again(tmp_path):

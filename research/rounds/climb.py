@@ -36,8 +36,11 @@ reused), so the result equals an uninterrupted run.
 The controls and the baseline change one step: --labels generator labels every problem with the generator's own
 worked chain (what perfect labels give, at no deliberation cost); --learner drgrpo skips labelling and runs
 --rl-steps of Dr. GRPO (train_rl.train) on the round's problems beside --replay-ratio as many earlier-rung
-problems, the first --dense-steps paying reward.prefix_credit. --test evaluates every complete round's checkpoint
-once on the test splits (test.jsonl; research/rounds/climb_table.py makes the tables).
+problems, the first --dense-steps paying reward.prefix_credit; --learner scaffold is Dr. GRPO with the scaffold
+(issue #67): the same labelling, then in place of imitation --updates Dr. GRPO steps on System 2's samples after
+System 1's prompt, each rewarded by --label-source (groups it splits, beside as many replayed earlier groups).
+--test evaluates every complete round's checkpoint once on the test splits (test.jsonl; research/rounds/climb_table.py
+makes the tables).
 """
 
 import collections
@@ -63,7 +66,9 @@ import problems as P  # noqa: E402
 import runs  # noqa: E402
 import tiny  # noqa: E402
 import train_rl as T  # noqa: E402
+import update as U  # noqa: E402
 import verify as V  # noqa: E402
+from objectives import OBJECTIVE_FLAGS, OBJECTIVES  # noqa: E402
 from research.rounds import rounds as R  # noqa: E402
 
 # The splits that hold each rung: (top rung, training, validation, test split), rungs 2-6, 7-8, 9-10.
@@ -132,10 +137,12 @@ class ClimbConfig:
     micro_batch_tokens: int = distil_arg(4096, "padded tokens per forward/backward micro-batch", range="[1, inf)")
     loss_probe: int = distil_arg(64, "traces per rung whose NLL gives each rung's share of the loss (0: off)",
                                  range="[0, inf)")
-    learner: str = rl_arg("distil", "how pi_r learns the round's rung: distil (System 2's labels, the climb) or drgrpo "
+    learner: str = rl_arg("distil", "how pi_r learns the round's rung: distil (System 2's labels, the climb), drgrpo "
                                     "(the baseline: Dr. GRPO on the same fresh problems beside as many earlier-rung "
-                                    "problems, --replay-ratio, from pi_{r-1}; no labelling)",
-                          choices=("distil", "drgrpo"))
+                                    "problems, --replay-ratio, from pi_{r-1}; no labelling) or scaffold (Dr. GRPO on "
+                                    "System 2's decomposed samples: the same labelling, every sample rewarded by "
+                                    "--label-source, the distillation's --updates, --batch-size and --lr)",
+                          choices=("distil", "drgrpo", "scaffold"))
     rl_steps: int = rl_arg(700, "Dr. GRPO steps a round", range="[1, inf)")
     rl_lr: float = rl_arg(1e-4, "Dr. GRPO peak lr (warmup --warmup steps, then cosine decay)", range="[0, inf)")
     rl_problems_per_step: int = rl_arg(16, "Dr. GRPO problems per step", range="[1, inf)")
@@ -176,6 +183,9 @@ def check_config(cfg):
     if cfg.label_source != "key" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
         raise ValueError(f"--label-source {cfg.label_source} chooses among System 2's samples; --labels generator "
                          f"and --learner drgrpo have none (leave it at key)")
+    if cfg.learner == "scaffold" and (cfg.labels == "generator" or cfg.base_replay and cfg.base_labels == "ladder"):
+        raise ValueError("--learner scaffold rewards System 2's samples; --labels generator and --base-labels ladder "
+                         "give single worked chains (use --base-labels own or --no-base-replay)")
     if cfg.base_labels == "own" and not cfg.base_replay:
         raise ValueError("--base-labels own labels the base replay; --no-base-replay has none (leave it at ladder)")
     if cfg.base_labels == "own" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
@@ -308,17 +318,25 @@ def distil_config(cfg):
                     weight_decay=cfg.weight_decay, micro_batch_tokens=cfg.micro_batch_tokens)
 
 
+def batches(n, size, cfg, r):
+    """--updates batches of `size` indices of n rows, drawn in passes over them, each pass a permutation seeded by
+    (--seed, round, pass)."""
+    order, epoch = [], 0
+    for _ in range(cfg.updates):
+        while len(order) < size:
+            gen = torch.Generator().manual_seed((cfg.seed * 1_009 + r) * 1_009 + epoch)
+            order, epoch = order + torch.randperm(n, generator=gen).tolist(), epoch + 1
+        batch, order = order[:size], order[size:]
+        yield batch
+
+
 def distil(policy, rows, cfg, r, device, pad_id):
-    """--updates AdamW steps of --batch-size rows, drawn in seeded passes over rows; returns each update's loss and
-    the indices of the rows trained on, in order."""
+    """--updates AdamW steps of --batch-size rows (batches); returns each update's loss and the indices of the rows
+    trained on, in order."""
     dcfg = distil_config(cfg)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    losses, trained, order, epoch = [], [], [], 0
-    for update in range(cfg.updates):
-        while len(order) < cfg.batch_size:
-            gen = torch.Generator().manual_seed((cfg.seed * 1_009 + r) * 1_009 + epoch)
-            order, epoch = order + torch.randperm(len(rows), generator=gen).tolist(), epoch + 1
-        batch, order = order[:cfg.batch_size], order[cfg.batch_size:]
+    losses, trained = [], []
+    for update, batch in enumerate(batches(len(rows), cfg.batch_size, cfg, r)):
         T.set_lr(optimizer, T.lr_at(update, dcfg))
         losses.append(T.sft_update(policy, optimizer, [rows[i] for i in batch], dcfg, device, pad_id)["loss"])
         trained += batch
@@ -337,6 +355,63 @@ def rung_nll(policy, rows_by_rung, cfg, device, pad_id):
 def shares(weights):
     total = sum(weights.values())
     return {str(k): v / total if total else 0.0 for k, v in weights.items()}
+
+
+# -----------------------------------------------------------------------------
+# 2''. The baseline with the scaffold: Dr. GRPO on System 2's decomposed samples, rewarded by the label source
+
+
+def label_records(out, q):
+    """Round q's labelling records (round 0: pi_0's of the base replay, --base-labels own)."""
+    return E.read_records(out / f"round_{q}" / ("base_label" if q == 0 else "label") / "records.jsonl")[0]
+
+
+def scaffold_groups(records, cfg):
+    """The records whose samples --label-source splits, some accepted and some not, as Dr. GRPO's groups (a group
+    all accepted or all rejected has every advantage 0): {id, level, record, rewards (1.0 accepted, else 0.0)}."""
+    groups = []
+    for rec in records:
+        passed = R.label_accepts(rec, cfg.label_source, cfg.vote_min)
+        if 0 < sum(passed) < len(passed):
+            groups.append(dict(id=rec["id"], level=rec["level"], record=rec, rewards=[float(a) for a in passed]))
+    return groups
+
+
+def scaffold_rollouts(groups, by_id, tokenizer):
+    """train_rl.Rollouts of the groups' samples: the problem's own prompt (System 1's), the joined decomposed
+    response (then the stop token, where the last call stopped), the advantage by Dr. GRPO's row of OBJECTIVES."""
+    eos = tokenizer.stop_token_ids(chat=TEMPLATE != "base")[0]
+    rewards = torch.tensor([g["rewards"] for g in groups])
+    advantages = OBJECTIVES["drgrpo"].advantages(rewards, rewards > 0, None).tolist()
+    rows = []
+    for g, adv in zip(groups, advantages):
+        p = by_id[g["id"]]
+        prompt = tokenizer.encode(P.format_prompt(p["problem"], TEMPLATE))
+        for j, (s, a) in enumerate(zip(E.samples_of(g["record"]), adv)):
+            tokens = tokenizer.encode(s["response"]) + ([eos] if s["finish_reason"] == "stop" else [])
+            rows.append(T.Rollout(problem=p, prompt=prompt, tokens=tokens, text=s["response"],
+                                  finish_reason=s["finish_reason"], sampler_logprobs=[0.0] * len(tokens), seed=0,
+                                  sample=j, passed=g["rewards"][j] > 0, reward=g["rewards"][j], advantage=a))
+    return rows
+
+
+def scaffold_learn(policy, groups, cfg, r, device, tokenizer, by_id):
+    """--updates Dr. GRPO steps (update.policy_update with objectives' drgrpo row: -sum_i A_i sum_t log pi(o_it |
+    x) / (--max-new-tokens x rows), Liu et al. 2025 sec. 3.2) of --batch-size / --samples groups (batches), lr as
+    distillation's. The samples are the scaffold's, not System 1's: no importance ratio (rho = 1), as distillation
+    imitates them. Returns each update's loss and the rollouts trained on."""
+    rcfg = dataclasses.replace(distil_config(cfg), objective="drgrpo", max_new_tokens=cfg.max_new_tokens,
+                               **OBJECTIVE_FLAGS, **OBJECTIVES["drgrpo"].defaults)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    run = T.Run(cfg=rcfg, policy=policy, sampler=policy, reference=None, optimizer=optimizer, tokenizer=tokenizer,
+                train_set=[], device=device, selection={})
+    losses, trained = [], []
+    for update, batch in enumerate(batches(len(groups), max(1, cfg.batch_size // cfg.samples), cfg, r)):
+        rows = scaffold_rollouts([groups[i] for i in batch], by_id, tokenizer)
+        T.set_lr(optimizer, T.lr_at(update, rcfg))
+        losses.append(U.policy_update(run, rows, len(rows), sum(len(x.tokens) for x in rows))["loss"])
+        trained += rows
+    return losses, trained
 
 
 # -----------------------------------------------------------------------------
@@ -568,9 +643,27 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
         labels = {k: R.label_precision(records, view.selection, view.max_traces, k, cfg.vote_min)
                   for k in R.LABEL_SOURCES}
     runs.write_jsonl(out / f"traces_{r}.jsonl", new)
+    by_id = {p["id"]: p for rows_ in train.values() for p in rows_}
+    head = dict(round=r, rung=rung, label_dataset=split, problems_labelled=len(problems), solved=solved,
+                label_samples=label["samples_total"], label_source=cfg.label_source, labels_by_source=labels,
+                traces_new=len(new), deliberation_flops=label["inference_flops"] or 0.0)
+    if cfg.learner == "scaffold":  # the same samples, learnt by Dr. GRPO (every sample rewarded) in place of imitation
+        groups = scaffold_groups(records, cfg)
+        earlier = by_rung([g for q in range(0 if cfg.base_replay else 1, r)
+                           for g in scaffold_groups(label_records(out, q), cfg)])
+        mix = groups + replay(earlier, len(groups), cfg.replay_ratio, cfg.seed, r) if len(groups) >= cfg.min_traces \
+            else []
+        losses, trained = scaffold_learn(policy, mix, cfg, r, device, tokenizer, by_id) if mix else ([], [])
+        train_tokens, train_flops = R.training_flops(policy.config, [dict(
+            prompt_tokens=len(x.prompt), target_tokens=len(x.tokens)) for x in trained], 1)
+        R.save_policy(policy, round_dir, tokenizer)
+        row = dict(head, groups_new=len(groups), mix_by_rung={str(k): len(v) for k, v in by_rung(mix).items()},
+                   updates=len(losses), distil_loss_first=losses[0] if losses else None,
+                   distil_loss_last=losses[-1] if losses else None, training_tokens=train_tokens,
+                   distillation_flops=train_flops)
+        return finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0)
     earlier = by_rung(base + [t for q in range(1, r) for t in runs.read_log(out / f"traces_{q}.jsonl")])
     mix = new + replay(earlier, len(new), cfg.replay_ratio, cfg.seed, r) if len(new) >= cfg.min_traces else []
-    by_id = {p["id"]: p for rows_ in train.values() for p in rows_}
     examples = R.trace_rows(mix, by_id, tokenizer, TEMPLATE)
     mix_rungs = by_rung(mix)
     tokens = {k: sum(t["target_tokens"] for t in v) for k, v in mix_rungs.items()}
@@ -580,17 +673,14 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
     nll_last = rung_nll(policy, probe, cfg, device, tokenizer.pad_id) if probe else {}
     train_tokens, train_flops = R.training_flops(policy.config, [mix[i] for i in trained], 1)
     R.save_policy(policy, round_dir, tokenizer)
-    row = dict(round=r, rung=rung, label_dataset=split, problems_labelled=len(problems),
-               solved=solved, label_samples=label["samples_total"], label_source=cfg.label_source,
-               labels_by_source=labels, traces_new=len(new), mix_by_rung={str(k): len(v) for k, v in mix_rungs.items()},
-               token_share_by_rung=shares(tokens),
+    row = dict(head, mix_by_rung={str(k): len(v) for k, v in mix_rungs.items()}, token_share_by_rung=shares(tokens),
                loss_share_first_by_rung=shares({k: nll_first[k] * tokens[k] for k in nll_first}) if nll_first else None,
                loss_share_last_by_rung=shares({k: nll_last[k] * tokens[k] for k in nll_last}) if nll_last else None,
                nll_first_by_rung={str(k): v for k, v in nll_first.items()} or None,
                nll_last_by_rung={str(k): v for k, v in nll_last.items()} or None,
                updates=len(losses), distil_loss_first=losses[0] if losses else None,
                distil_loss_last=losses[-1] if losses else None, training_tokens=train_tokens,
-               deliberation_flops=label["inference_flops"] or 0.0, distillation_flops=train_flops)
+               distillation_flops=train_flops)
     return finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0)
 
 
