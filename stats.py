@@ -54,12 +54,27 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
+def t975(df):
+    """Student t's 97.5% quantile; between table entries the next smaller degrees of freedom (a wider interval)."""
+    return T975[max(d for d in T975 if d <= df)] if df <= 30 else 1.96
+
+
 def t_interval(values):
-    """Mean and its 95% Student t interval over seeds (a seed is one draw of the whole run); None for one seed.
-    Between table entries the next smaller degrees of freedom is used (a wider interval)."""
+    """Mean and its 95% Student t interval over seeds (a seed is one draw of the whole run); None for one seed."""
     x = np.asarray(values, dtype=float)
     if len(x) < 2:
         return float(x.mean()), None
-    t = T975[max(d for d in T975 if d <= len(x) - 1)] if len(x) - 1 <= 30 else 1.96
-    half = t * x.std(ddof=1) / math.sqrt(len(x))
+    half = t975(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
     return float(x.mean()), (float(x.mean() - half), float(x.mean() + half))
+
+
+def t_interval_with_items(values, n_items):
+    """t_interval with the test set's own sampling error added, for accuracies of seeds that share one set of
+    n_items problems: se^2 = s^2 / seeds + p (1 - p) / n_items, p the mean (p (1 - p) bounds the variance of the
+    problems' success rates, so the interval is conservative); None for one seed."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), None
+    p = x.mean()
+    half = t975(len(x) - 1) * math.sqrt(x.var(ddof=1) / len(x) + p * (1 - p) / n_items)
+    return float(p), (float(p - half), float(p + half))

@@ -25,7 +25,7 @@ def write_run(d, rung7_after_2, mean_by_round):
                           mix_by_rung={str(5 + r): 8, "2": 8}, token_share_by_rung={str(5 + r): 0.6},
                           loss_share_first_by_rung=None, loss_share_last_by_rung={str(5 + r): 0.5}, updates=3,
                           deliberation_flops=1e11, distillation_flops=2e11))
-        test.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=by_rung, vote_by_rung=by_rung,
+        test.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=by_rung, fast_n=9 * 200, vote_by_rung=by_rung,
                          reach={"6": dict(pass_at_1=0.1, pass_at_k=0.5, first_errors={"line 1 carry": 1.0})},
                          reach_samples=64))
     runs.write_jsonl(d / "climb.jsonl", climb)
@@ -38,7 +38,9 @@ def test_endpoint_kept_and_trend_by_hand(tmp_path, capsys):
     CT.main([f"climb={tmp_path}/s?"])
     text = capsys.readouterr().out
     half = 4.303 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(3) over 0.4, 0.5, 0.6
-    assert f"| climb | 3 | 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] | yes |" in text
+    wide = 4.303 * math.sqrt(0.01 / 3 + 0.5 * 0.5 / 200)  # and the 200 test problems' binomial error
+    assert f"| climb | 3 | 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] | 0.500 [{0.5 - wide:.3f}, {0.5 + wide:.3f}] " \
+           f"| yes |" in text
     # round 2 minus round 0 at rung 2: +0.2, +0.4, 0.0 -> mean 0.2, sd 0.2
     half = 4.303 * 0.2 / math.sqrt(3)
     assert f"| climb | 2 | 0.200 [{0.2 - half:.3f}, {0.2 + half:.3f}] |" in text
@@ -88,6 +90,8 @@ def test_runs_are_never_dropped_silently_each_case_one_error_line(tmp_path):
              ([f"a={tmp_path}/s*"], f"{tmp_path}/s_notes.txt: not a directory"),
              ([f"a={tmp_path}/e?"], f"{tmp_path}/e1: no climb.jsonl"),
              ([f"a={tmp_path}/bad"], f"{tmp_path}/bad/climb.jsonl:2: not a JSON object")]
+    cases += [([f"a={tmp_path}/s?", "--baseline", "b"], "--baseline b: not an arm; the arms are a"),
+              ([f"a={tmp_path}/s?", "--baseline"], "--baseline: want an arm's name")]
     for argv, said in cases:
         with pytest.raises(ValueError, match=re.escape(said)):
             CT.main(argv)
@@ -148,3 +152,20 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
     assert lines[4] == f"| a | 0 | 2-5 | answer | 16 | {same}"  # the base replay's labels, rungs 2-5
     assert lines[5] == f"| a | 1 | 6 | answer | 40 | {same}"
     assert lines[7].endswith("| 0 (- / -) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")  # nothing kept: no precision
+
+
+def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):
+    """climb_table.py --baseline: round r's rung and the mean over rungs 2-10, each seed's arm minus the same seed's
+    baseline; the FLOPs of both."""
+    for i, end in enumerate([0.4, 0.5, 0.6]):  # the arm's rung 7 after round 2; the baseline's 0.1, 0.1, 0.4
+        write_run(tmp_path / f"a{i}", end, [0.1, 0.2, 0.3])
+        write_run(tmp_path / f"b{i}", [0.1, 0.1, 0.4][i], [0.1, 0.2, 0.3])
+    CT.main([f"arm={tmp_path}/a?", f"base={tmp_path}/b?", "--baseline", "base"])
+    text = capsys.readouterr().out
+    d = [0.3, 0.4, 0.2]  # at rung 7: sd 0.1; over rungs 2-10 the same differences / 9
+    half = 4.303 * 0.1 / math.sqrt(3)
+    over = 4.303 * 0.1 / 9 / math.sqrt(3)
+    assert (f"| arm | 2 | 7 | 0.300 [{0.3 - half:.3f}, {0.3 + half:.3f}] | {0.3 / 9:.3f} [{0.3 / 9 - over:.3f}, "
+            f"{0.3 / 9 + over:.3f}] | 2.00e+12 / 2.00e+12 |") in text and sum(d) / 3 == pytest.approx(0.3)
+    assert "| arm | 1 | 6 | 0.000 [0.000, 0.000] | 0.000 [0.000, 0.000] | 1.00e+12 / 1.00e+12 |" in text
+    assert "| base | 1 |" not in text.split("Paired by seed")[1].split("\n\n")[1]  # the baseline is not paired with itself

@@ -47,3 +47,14 @@ def test_t_interval_over_seeds_hand_computed():
     x = [0, 1] * 6 + [0]
     sd = (sum((v - sum(x) / 13) ** 2 for v in x) / 12) ** 0.5
     assert stats.t_interval(x)[1][1] == pytest.approx(sum(x) / 13 + 2.179 * sd / math.sqrt(13))
+
+
+def test_t_interval_with_items_adds_the_test_sets_binomial_error_by_hand():
+    # seeds 0.2, 0.4, 0.6 on one set of 50 problems: s^2 = 0.04, p = 0.4; se^2 = 0.04 / 3 + 0.24 / 50
+    mean, (lo, hi) = stats.t_interval_with_items([0.2, 0.4, 0.6], 50)
+    half = 4.303 * math.sqrt(0.04 / 3 + 0.4 * 0.6 / 50)
+    assert mean == pytest.approx(0.4) and (lo, hi) == pytest.approx((0.4 - half, 0.4 + half))
+    assert hi - lo > stats.t_interval([0.2, 0.4, 0.6])[1][1] - stats.t_interval([0.2, 0.4, 0.6])[1][0]  # wider
+    same = stats.t_interval_with_items([0.5, 0.5], 200)  # no seed spread: the set's error alone
+    assert same[1] == pytest.approx((0.5 - 12.706 * math.sqrt(0.25 / 200), 0.5 + 12.706 * math.sqrt(0.25 / 200)))
+    assert stats.t_interval_with_items([0.3], 200) == (0.3, None)

@@ -4,7 +4,8 @@ the 95% Student t interval over them:
 
     python research/rounds/climb_table.py climb=runs/climb/main-s1? u45=runs/climb/u45-s1? generator=runs/climb/gen-s1?
 
-Each argument is ARM=GLOB (one run directory per seed). Printed: greedy step-valid accuracy per rung on test after
+Each argument is ARM=GLOB (one run directory per seed); --baseline ARM adds each other arm's paired difference
+from it. Printed: greedy step-valid accuracy per rung on test after
 every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 after round 2) and goal rows; the
 moonshot (rung 10 after round 5, every earlier rung kept, and the vote at the next rung round by round); rungs
 2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
@@ -77,20 +78,54 @@ def per_rung_table(arms, field, title):
                   f"{cell([np.mean([t[field][k] for k in RUNGS]) for t in tests], 3)} | " + " | ".join(cells) + " |")
 
 
+def per_rung_items(test_row):
+    """Test problems a rung of a test row (every rung of the greedy evaluation has as many)."""
+    return test_row["fast_n"] // len(test_row["fast_by_rung"])
+
+
 def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
+    """Issue #57's endpoint; issue #67's rule reads the interval that adds the test set's sampling error (the seeds
+    share one test set: stats.t_interval_with_items)."""
     print(f"\nThe pre-registered endpoint: greedy rung {rung} on test after round {at_round} (met: mean >= 0.30, "
-          f"lower end > 0.05); the goal's rung {goal_rung} after round {goal_round}; seeds listed\n")
-    print("| arm | seeds | endpoint | met | rung 6 after round 1 | per seed |")
-    print("| --- | ---: | ---: | --- | ---: | --- |")
+          f"lower end > 0.05 of the interval with the test set's error); the goal's rung {goal_rung} after round "
+          f"{goal_round}; seeds listed\n")
+    print("| arm | seeds | endpoint [95% t over seeds] | with the test set's error | met | rung 6 after round 1 | "
+          "per seed |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | --- |")
     for arm, seeds in arms.items():
         if not all(at_round in test and goal_round in test for _, test in seeds):
             continue
         end = [test[at_round]["fast_by_rung"][str(rung)] for _, test in seeds]
         goal = [test[goal_round]["fast_by_rung"][str(goal_rung)] for _, test in seeds]
-        mean, ci = stats.t_interval(end)
+        mean, ci = stats.t_interval_with_items(end, per_rung_items(seeds[0][1][at_round]))
+        both = f"{mean:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{mean:.3f}"
         met = "yes" if ci and mean >= 0.30 and ci[0] > 0.05 else "no"
-        print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {met} | {cell(goal, 3)} | "
+        print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {both} | {met} | {cell(goal, 3)} | "
               f"{' / '.join(f'{x:.3f}' for x in end)} |")
+
+
+def paired_table(arms, baseline):
+    """Each arm minus the baseline arm on test, paired by seed (each glob's runs in order: name the seeds alike),
+    at the round's rung and over rungs 2-10, beside both arms' cumulative FLOPs (issue #67: against Dr. GRPO with
+    the scaffold)."""
+    base = arms[baseline]
+    print(f"\nPaired by seed against {baseline} (each glob's runs in order): greedy on test, arm minus {baseline}, "
+          f"mean of the seeds' differences [95% t]; cumulative FLOPs of each, mean of the seeds\n")
+    print(f"| arm | round | rung | difference at the rung | difference, mean 2-10 | FLOPs: arm / {baseline} |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for arm, seeds in arms.items():
+        if arm == baseline:
+            continue
+        if len(seeds) != len(base):
+            print(f"note: arm {arm} has {len(seeds)} runs and {baseline} {len(base)}: not paired", file=sys.stderr)
+            continue
+        for r in sorted(set(rounds_of(seeds)) & set(rounds_of(base)) - {0}):
+            k = str(seeds[0][1][r]["rung"])
+            pairs = [(test[r]["fast_by_rung"], other[r]["fast_by_rung"]) for (_, test), (_, other) in zip(seeds, base)]
+            at = [a[k] - b[k] for a, b in pairs]
+            over = [np.mean([a[j] for j in RUNGS]) - np.mean([b[j] for j in RUNGS]) for a, b in pairs]
+            flops = [np.mean([climb[r]["cumulative_flops"] for climb, _ in s]) for s in (seeds, base)]
+            print(f"| {arm} | {r} | {k} | {cell(at, 3)} | {cell(over, 3)} | {flops[0]:.2e} / {flops[1]:.2e} |")
 
 
 def moonshot_table(arms, rung=10, at_round=5):
@@ -276,10 +311,20 @@ def rounds_table(arms):
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
-        print("usage: climb_table.py ARM=GLOB [ARM=GLOB ...]\n\n" + __doc__.strip())
+        print("usage: climb_table.py ARM=GLOB [ARM=GLOB ...] [--baseline ARM]\n\n" + __doc__.strip())
         return
+    baseline = None
+    if "--baseline" in args:
+        i = args.index("--baseline")
+        if i + 1 == len(args):
+            raise ValueError("--baseline: want an arm's name (--baseline ARM)")
+        baseline, args = args[i + 1], args[:i] + args[i + 2:]
     arms = load(args)
+    if baseline is not None and baseline not in arms:
+        raise ValueError(f"--baseline {baseline}: not an arm; the arms are {', '.join(arms)}")
     endpoint_table(arms)
+    if baseline is not None:
+        paired_table(arms, baseline)
     moonshot_table(arms)
     per_rung_table(arms, "fast_by_rung", "Fast (greedy, step-valid) per rung on test, mean of the seeds; the round's "
                                          "rung and the mean with their 95% t interval")
