@@ -29,8 +29,9 @@ over a wider answer range because that would also change every step's arithmetic
 sample, and at rungs 4-6 every right answer of the committed checkpoint is such a guess (research/ladder/ladder.py
 reach). Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed
 checkpoint's exploration never finds a step-valid chain above rung 3 (research/ladder/README.md says why).
-The far rungs, questions and answers only, each family from its own stream: 7-8 (tiny_ladder_far_*) and 9-10
-(tiny_ladder_far2_*, added later; a 10-line chain needs FAR2_MAX_NEW_TOKENS = 160, the 7-8 files stayed as they were).
+The far rungs, questions and answers only, each family from its own stream (FAR_FAMILIES): 7-8 (tiny_ladder_far_*)
+and 9-10 (tiny_ladder_far2_*, added later; a 10-line chain needs FAR2_MAX_NEW_TOKENS = 160, the 7-8 files stayed as
+they were).
 
 Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
 bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
@@ -98,6 +99,10 @@ FAR_SIZES = {"test": 200, "val": 100, "train": 1000}  # problems per rung; an 8-
 FAR2_LEVELS = (9, 10)  # the next far rungs (tiny_ladder_far2_*), added later from their own stream: the files above stay
 FAR2_SIZES = {"test": 200, "val": 100, "train": 2000}  # 2,000 fresh problems a rung for System 2 to label
 FAR2_MAX_NEW_TOKENS = 160  # a 10-line chain is <= 143 tokens (20,000 drawn); prompt + budget stay well inside 512
+FAR_FAMILIES = {  # in the order they were added: each family's texts avoid every split made before it
+    "far": dict(levels=FAR_LEVELS, sizes=FAR_SIZES),
+    "far2": dict(levels=FAR2_LEVELS, sizes=FAR2_SIZES),
+}
 
 
 def make_problem(rng, n_ops):
@@ -166,14 +171,27 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS, stream=Non
     return splits
 
 
-def make_far(seed, exclude, family="far", levels=FAR_LEVELS, sizes=FAR_SIZES):
-    """The far rungs' splits {"ladder_far_" + name: rows} at FAR_LEVELS (family "far2": FAR2_LEVELS), as make_ladder
+def make_far(seed, exclude, family="far"):
+    """A far family's splits {f"ladder_{family}_" + name: rows} at its FAR_FAMILIES rungs and sizes, as make_ladder
     builds its own, from the family's own random stream, texts absent from `exclude`. Questions and answers only:
     a policy that solves one has learnt a rung no checkpoint was shown a solution of."""
-    rows = make_ladder(seed, sizes, exclude, levels, stream=f"{family}-{seed}")
+    rows = make_ladder(seed, exclude=exclude, stream=f"{family}-{seed}", **FAR_FAMILIES[family])
     return {name.replace("ladder_", f"ladder_{family}_"): [
         {**{k: v for k, v in r.items() if k != "solution"}, "source": f"tiny_ladder_{family}",
          "id": r["id"].replace("tiny_ladder_", f"tiny_ladder_{family}_")} for r in split] for name, split in rows.items()}
+
+
+def problem_texts(splits):
+    return {r["problem"] for rows in splits.values() for r in rows}
+
+
+def make_ladders(seed, exclude):
+    """The ladder's splits, then each far family's in the order they were added, every text absent from `exclude` (the
+    texts of make_splits) and from the splits before it: a family added later leaves the earlier files as they were."""
+    splits = make_ladder(seed, exclude=exclude)
+    for family in FAR_FAMILIES:
+        splits.update(make_far(seed, set(exclude) | problem_texts(splits), family))
+    return splits
 
 
 def make_long(seed, levels, exclude, n=5000):
@@ -511,10 +529,7 @@ def main(argv=None):
     check_config(cfg)
     out, data_dir = checkpoint.REPO_DIR / cfg.out, checkpoint.REPO_DIR / cfg.data_dir  # absolute paths stay as given
     splits = make_splits(cfg.seed)
-    ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
-    ladder.update(make_far(cfg.seed, exclude={r["problem"] for rows in {**splits, **ladder}.values() for r in rows}))
-    ladder.update(make_far(cfg.seed, {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}, "far2",
-                           FAR2_LEVELS, FAR2_SIZES))
+    ladder = make_ladders(cfg.seed, problem_texts(splits))  # the ladder and the far rungs
     check_overwrites(cfg, out, data_dir, {**splits, **ladder})
     init = load_init(cfg.init) if cfg.init and not cfg.data_only else None  # a bad --init fails before any write
     print(json.dumps(asdict(cfg), indent=2))
@@ -538,8 +553,7 @@ def main(argv=None):
               f"{qwen.count_parameters(model.config):,} parameters")
         long_rows = None
         if long_shares(cfg):
-            seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
-            long_rows = make_long(cfg.seed, long_shares(cfg), seen)
+            long_rows = make_long(cfg.seed, long_shares(cfg), problem_texts({**splits, **ladder}))
         pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"], long_rows=long_rows)
         checkpoint.save_model(model, out, tokenizer)
     metrics = evaluate(model, tokenizer, splits["test"])

@@ -424,18 +424,34 @@ def test_check_steps_refuses_a_problem_that_is_not_a_tiny_expression():
         verify.check_steps("\\boxed{2}", "What is $1 + 1$?", "2")
 
 
-def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_budget():
+@pytest.fixture(scope="module")
+def built():
+    """Every split tiny.py writes, from the committed seed: the three splits, the ladder and each far family."""
+    splits = tiny.make_splits(SEED)
+    return {**splits, **tiny.make_ladders(SEED, tiny.problem_texts(splits))}
+
+
+def committed_rows(name):
+    return [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
+
+
+def test_every_committed_tiny_file_is_what_tiny_py_writes_byte_for_byte(built, tmp_path):
+    """Adding a family (far2) left every earlier file as it was: tiny.py's code rewrites each byte for byte."""
+    tiny.write_splits(built, tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in DATA_DIR.glob("tiny_*.jsonl")}
+    for path in sorted(tmp_path.iterdir()):
+        assert path.read_bytes() == (DATA_DIR / path.name).read_bytes(), f"{path.name} differs from tiny.py's build"
+
+
+def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_budget(built):
     """Rungs 7-8 (tiny_ladder_far_*): questions and answers only, texts outside every other split, and an 8-line
     chain within the ladder's 128-token budget; the step grader checks them as any rung."""
-    splits = tiny.make_splits(SEED)
-    ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
-    seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
-    far = tiny.make_far(SEED, exclude=seen)
+    seen = tiny.problem_texts({k: v for k, v in built.items() if "_far" not in k})
     tok = checkpoint.load_tokenizer("tiny")
+    far = {k: v for k, v in built.items() if k.startswith("ladder_far_")}
     assert set(far) == {"ladder_far_train", "ladder_far_val", "ladder_far_test"}
     for name, rows in far.items():
-        committed = [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
-        assert committed == rows and all("solution" not in r for r in rows)
+        assert committed_rows(name) == rows and all("solution" not in r for r in rows)
         assert sorted({r["level"] for r in rows}) == [7, 8] and not {r["problem"] for r in rows} & seen
         assert len(rows) == len(tiny.FAR_LEVELS) * tiny.FAR_SIZES[name.split("_")[-1]]
         for r in rows[:50]:
@@ -443,12 +459,11 @@ def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_bu
             solution = "\n".join(lines + [f"\\boxed{{{value}}}"])
             assert str(value) == r["answer"] and verify.check_steps(solution, r["problem"], r["answer"])
             assert len(tok.encode("\n" + solution)) + 1 <= tiny.LADDER_MAX_NEW_TOKENS
-    far2 = tiny.make_far(SEED, seen | {r["problem"] for rows in far.values() for r in rows}, "far2", tiny.FAR2_LEVELS,
-                         tiny.FAR2_SIZES)  # rungs 9-10: added later, from their own stream, nothing above changed
+    seen |= tiny.problem_texts(far)
+    far2 = {k: v for k, v in built.items() if k.startswith("ladder_far2_")}  # rungs 9-10: added later
     assert set(far2) == {"ladder_far2_train", "ladder_far2_val", "ladder_far2_test"}
     for name, rows in far2.items():
-        committed = [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
-        assert committed == rows and all("solution" not in r for r in rows)
+        assert committed_rows(name) == rows and all("solution" not in r for r in rows)
         assert [r["level"] for r in rows[:4]] == [9, 10, 9, 10] and not {r["problem"] for r in rows} & seen
         assert len(rows) == 2 * tiny.FAR2_SIZES[name.split("_")[-1]]
         for r in rows[:50]:
