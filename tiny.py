@@ -190,6 +190,7 @@ def make_far(seed, exclude, family="far"):
 
 
 def problem_texts(splits):
+    """Every problem text of {name: rows}: what a split made later must avoid."""
     return {r["problem"] for rows in splits.values() for r in rows}
 
 
