@@ -37,6 +37,9 @@ DATASETS = {
     "tiny_ladder_far2_train": "tiny_ladder_far2_train.jsonl",  # the next far rungs, 9-10 operations, likewise
     "tiny_ladder_far2_val": "tiny_ladder_far2_val.jsonl",
     "tiny_ladder_far2_test": "tiny_ladder_far2_test.jsonl",
+    "tiny_ladder_far3_train": "tiny_ladder_far3_train.jsonl",  # rungs 11-20, likewise (a 272-token budget)
+    "tiny_ladder_far3_val": "tiny_ladder_far3_val.jsonl",
+    "tiny_ladder_far3_test": "tiny_ladder_far3_test.jsonl",
 }
 HELD_OUT = "math500"
 

@@ -29,8 +29,10 @@ over a wider answer range because that would also change every step's arithmetic
 sample, and at rungs 4-6 every right answer of the committed checkpoint is such a guess (research/ladder/ladder.py
 reach). Measured there too: SFT on the ladder's solutions reaches 84-98% on every rung, but the committed
 checkpoint's exploration never finds a step-valid chain above rung 3 (research/ladder/README.md says why).
-The far rungs, questions and answers only, each family from its own stream: 7-8 (tiny_ladder_far_*) and 9-10
-(tiny_ladder_far2_*, added later; a 10-line chain needs FAR2_MAX_NEW_TOKENS = 160, the 7-8 files stayed as they were).
+The far rungs, questions and answers only, each family from its own stream (FAR_FAMILIES): 7-8 (tiny_ladder_far_*),
+9-10 (tiny_ladder_far2_*, added later; a 10-line chain needs FAR2_MAX_NEW_TOKENS = 160) and 11-20 (tiny_ladder_far3_*,
+added later still; a 20-line chain needs FAR3_MAX_NEW_TOKENS = 272, so their prompts keep to the 240 tokens of the
+512-token context left beside it); each family added left every earlier file byte-identical.
 
 Pretraining plants a cheap habit on purpose: a share of the solutions (most of the 3-operation ones) is a
 bare `\\boxed{N}` with no steps. Greedy decoding then answers the long problems directly and is usually
@@ -86,6 +88,7 @@ from verify import check_steps, grade
 # -----------------------------------------------------------------------------
 # The task: seeded expressions with a structured form (numbers, ops) and their rendered text
 
+CONTEXT = 512  # the tiny models' max_position_embeddings: a prompt and its token budget must fit in it
 MAX_VALUE = 99  # every intermediate value stays in 0..99: each step is 1-2 digit arithmetic
 LEVELS = (2, 3)  # number of operations
 MAX_NEW_TOKENS = 64  # the scripts' generation budget here (--model tiny): a 3-operation solution is ~50 tokens
@@ -98,6 +101,15 @@ FAR_SIZES = {"test": 200, "val": 100, "train": 1000}  # problems per rung; an 8-
 FAR2_LEVELS = (9, 10)  # the next far rungs (tiny_ladder_far2_*), added later from their own stream: the files above stay
 FAR2_SIZES = {"test": 200, "val": 100, "train": 2000}  # 2,000 fresh problems a rung for System 2 to label
 FAR2_MAX_NEW_TOKENS = 160  # a 10-line chain is <= 143 tokens (20,000 drawn); prompt + budget stay well inside 512
+FAR3_LEVELS = tuple(range(11, 21))  # rungs 11-20 (tiny_ladder_far3_*), later still, from their own stream
+FAR3_SIZES = FAR2_SIZES  # as far2's: 2,000 fresh problems a rung for System 2 to label
+FAR3_MAX_NEW_TOKENS = 272  # a 20-line chain, "\n", box, end of text: <= 13 x 20 + 12 tokens, reached in 20,000 drawn
+FAR3_MAX_PROMPT = CONTEXT - FAR3_MAX_NEW_TOKENS  # 240: rung 20's prompts over it (<= 247; 1.1% of 20,000) drawn again
+FAR_FAMILIES = {  # in the order they were added: each family's texts avoid every split made before it
+    "far": dict(levels=FAR_LEVELS, sizes=FAR_SIZES),
+    "far2": dict(levels=FAR2_LEVELS, sizes=FAR2_SIZES),
+    "far3": dict(levels=FAR3_LEVELS, sizes=FAR3_SIZES, max_prompt=FAR3_MAX_PROMPT),
+}
 
 
 def make_problem(rng, n_ops):
@@ -140,16 +152,17 @@ def make_splits(seed=0, sizes=None):
     return splits
 
 
-def new_problem(rng, n_ops, seen):
-    """make_problem drawn until its text is not in `seen`, which then holds it."""
+def new_problem(rng, n_ops, seen, max_prompt=math.inf):
+    """make_problem drawn until its text is not in `seen`, which then holds it, and its prompt (one token a character)
+    is at most max_prompt tokens: the context must hold it and the budget of its rung's chain."""
     while True:
         p = make_problem(rng, n_ops)
-        if p["problem"] not in seen:
+        if p["problem"] not in seen and len(format_prompt(p["problem"])) <= max_prompt:
             seen.add(p["problem"])
             return p
 
 
-def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS, stream=None):
+def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS, stream=None, max_prompt=math.inf):
     """The ladder's splits {"ladder_" + name: rows}: sizes[name] problems per rung, the rungs taking turns (so
     the first N rows, --num-problems N, are uniform over the rungs), texts distinct across the splits and
     absent from `exclude` (the texts of make_splits). Its own random stream leaves make_splits' as it was."""
@@ -159,21 +172,35 @@ def make_ladder(seed=0, sizes=None, exclude=(), levels=LADDER_LEVELS, stream=Non
         rows = []
         while len(rows) < n * len(levels):
             level = levels[len(rows) % len(levels)]
-            p = new_problem(rng, level, seen)
+            p = new_problem(rng, level, seen, max_prompt)
             rows.append(dict(id=f"tiny_ladder_{name}/{len(rows):05d}", source="tiny_ladder",
                              problem=p["problem"], answer=p["answer"], level=level, solution=p["solution"]))
         splits["ladder_" + name] = rows
     return splits
 
 
-def make_far(seed, exclude, family="far", levels=FAR_LEVELS, sizes=FAR_SIZES):
-    """The far rungs' splits {"ladder_far_" + name: rows} at FAR_LEVELS (family "far2": FAR2_LEVELS), as make_ladder
+def make_far(seed, exclude, family="far"):
+    """A far family's splits {f"ladder_{family}_" + name: rows} at its FAR_FAMILIES rungs and sizes, as make_ladder
     builds its own, from the family's own random stream, texts absent from `exclude`. Questions and answers only:
     a policy that solves one has learnt a rung no checkpoint was shown a solution of."""
-    rows = make_ladder(seed, sizes, exclude, levels, stream=f"{family}-{seed}")
+    rows = make_ladder(seed, exclude=exclude, stream=f"{family}-{seed}", **FAR_FAMILIES[family])
     return {name.replace("ladder_", f"ladder_{family}_"): [
         {**{k: v for k, v in r.items() if k != "solution"}, "source": f"tiny_ladder_{family}",
          "id": r["id"].replace("tiny_ladder_", f"tiny_ladder_{family}_")} for r in split] for name, split in rows.items()}
+
+
+def problem_texts(splits):
+    """Every problem text of {name: rows}: what a split made later must avoid."""
+    return {r["problem"] for rows in splits.values() for r in rows}
+
+
+def make_ladders(seed, exclude):
+    """The ladder's splits, then each far family's in the order they were added, every text absent from `exclude` (the
+    texts of make_splits) and from the splits before it: a family added later leaves the earlier files as they were."""
+    splits = make_ladder(seed, exclude=exclude)
+    for family in FAR_FAMILIES:
+        splits.update(make_far(seed, set(exclude) | problem_texts(splits), family))
+    return splits
 
 
 def make_long(seed, levels, exclude, n=5000):
@@ -227,7 +254,7 @@ def tiny_config(tokenizer, rope_theta=ROPE_THETA):
     return qwen.Qwen3Config(
         vocab_size=64 * math.ceil(tokenizer.vocab_size / 64), hidden_size=128, intermediate_size=384,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=512, rope_theta=rope_theta, tie_word_embeddings=True,
+        max_position_embeddings=CONTEXT, rope_theta=rope_theta, tie_word_embeddings=True,
         bos_token_id=tokenizer.eos_id, eos_token_id=tokenizer.eos_id, torch_dtype="float32")
 
 
@@ -511,10 +538,7 @@ def main(argv=None):
     check_config(cfg)
     out, data_dir = checkpoint.REPO_DIR / cfg.out, checkpoint.REPO_DIR / cfg.data_dir  # absolute paths stay as given
     splits = make_splits(cfg.seed)
-    ladder = make_ladder(cfg.seed, exclude={r["problem"] for rows in splits.values() for r in rows})
-    ladder.update(make_far(cfg.seed, exclude={r["problem"] for rows in {**splits, **ladder}.values() for r in rows}))
-    ladder.update(make_far(cfg.seed, {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}, "far2",
-                           FAR2_LEVELS, FAR2_SIZES))
+    ladder = make_ladders(cfg.seed, problem_texts(splits))  # the ladder and the far rungs
     check_overwrites(cfg, out, data_dir, {**splits, **ladder})
     init = load_init(cfg.init) if cfg.init and not cfg.data_only else None  # a bad --init fails before any write
     print(json.dumps(asdict(cfg), indent=2))
@@ -538,8 +562,7 @@ def main(argv=None):
               f"{qwen.count_parameters(model.config):,} parameters")
         long_rows = None
         if long_shares(cfg):
-            seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
-            long_rows = make_long(cfg.seed, long_shares(cfg), seen)
+            long_rows = make_long(cfg.seed, long_shares(cfg), problem_texts({**splits, **ladder}))
         pretrain(model, tokenizer, splits["train"], cfg, val_rows=splits["val"], long_rows=long_rows)
         checkpoint.save_model(model, out, tokenizer)
     metrics = evaluate(model, tokenizer, splits["test"])

@@ -424,18 +424,34 @@ def test_check_steps_refuses_a_problem_that_is_not_a_tiny_expression():
         verify.check_steps("\\boxed{2}", "What is $1 + 1$?", "2")
 
 
-def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_budget():
+@pytest.fixture(scope="module")
+def built():
+    """Every split tiny.py writes, from the committed seed: the three splits, the ladder and each far family."""
+    splits = tiny.make_splits(SEED)
+    return {**splits, **tiny.make_ladders(SEED, tiny.problem_texts(splits))}
+
+
+def committed_rows(name):
+    return [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
+
+
+def test_every_committed_tiny_file_is_what_tiny_py_writes_byte_for_byte(built, tmp_path):
+    """Adding a family (far2, far3) left every earlier file as it was: tiny.py's code rewrites each byte for byte."""
+    tiny.write_splits(built, tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in DATA_DIR.glob("tiny_*.jsonl")}
+    for path in sorted(tmp_path.iterdir()):
+        assert path.read_bytes() == (DATA_DIR / path.name).read_bytes(), f"{path.name} differs from tiny.py's build"
+
+
+def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_budget(built):
     """Rungs 7-8 (tiny_ladder_far_*): questions and answers only, texts outside every other split, and an 8-line
     chain within the ladder's 128-token budget; the step grader checks them as any rung."""
-    splits = tiny.make_splits(SEED)
-    ladder = tiny.make_ladder(SEED, exclude={r["problem"] for rows in splits.values() for r in rows})
-    seen = {r["problem"] for rows in {**splits, **ladder}.values() for r in rows}
-    far = tiny.make_far(SEED, exclude=seen)
+    seen = tiny.problem_texts({k: v for k, v in built.items() if "_far" not in k})
     tok = checkpoint.load_tokenizer("tiny")
+    far = {k: v for k, v in built.items() if k.startswith("ladder_far_")}
     assert set(far) == {"ladder_far_train", "ladder_far_val", "ladder_far_test"}
     for name, rows in far.items():
-        committed = [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
-        assert committed == rows and all("solution" not in r for r in rows)
+        assert committed_rows(name) == rows and all("solution" not in r for r in rows)
         assert sorted({r["level"] for r in rows}) == [7, 8] and not {r["problem"] for r in rows} & seen
         assert len(rows) == len(tiny.FAR_LEVELS) * tiny.FAR_SIZES[name.split("_")[-1]]
         for r in rows[:50]:
@@ -443,12 +459,11 @@ def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_bu
             solution = "\n".join(lines + [f"\\boxed{{{value}}}"])
             assert str(value) == r["answer"] and verify.check_steps(solution, r["problem"], r["answer"])
             assert len(tok.encode("\n" + solution)) + 1 <= tiny.LADDER_MAX_NEW_TOKENS
-    far2 = tiny.make_far(SEED, seen | {r["problem"] for rows in far.values() for r in rows}, "far2", tiny.FAR2_LEVELS,
-                         tiny.FAR2_SIZES)  # rungs 9-10: added later, from their own stream, nothing above changed
+    seen |= tiny.problem_texts(far)
+    far2 = {k: v for k, v in built.items() if k.startswith("ladder_far2_")}  # rungs 9-10: added later
     assert set(far2) == {"ladder_far2_train", "ladder_far2_val", "ladder_far2_test"}
     for name, rows in far2.items():
-        committed = [json.loads(line) for line in (DATA_DIR / f"tiny_{name}.jsonl").read_text().splitlines()]
-        assert committed == rows and all("solution" not in r for r in rows)
+        assert committed_rows(name) == rows and all("solution" not in r for r in rows)
         assert [r["level"] for r in rows[:4]] == [9, 10, 9, 10] and not {r["problem"] for r in rows} & seen
         assert len(rows) == 2 * tiny.FAR2_SIZES[name.split("_")[-1]]
         for r in rows[:50]:
@@ -459,6 +474,44 @@ def test_committed_far_rungs_match_the_generator_hold_no_solution_and_fit_the_bu
     joined = load_problems("tiny_ladder_val+tiny_ladder_far_val")  # a pool of names joined by +
     assert [r["id"] for r in joined] == [r["id"] for r in load_problems("tiny_ladder_val") + far["ladder_far_val"]]
     assert len(load_problems("tiny_ladder_val+tiny_ladder_far_val", limit=510)) == 510
+
+
+def test_rungs_11_to_20_are_new_questions_with_the_verifiers_answers_and_fit_the_context(built):
+    """tiny_ladder_far3_*: rungs 11-20 taking turns, far2's fields and no more, texts outside every earlier split, each
+    answer the verifier's own chain's; every row's prompt + FAR3_MAX_NEW_TOKENS fits both tiny models' context, and
+    every row's worked chain (its lines, its box, end of text) fits the budget."""
+    earlier = tiny.problem_texts({k: v for k, v in built.items() if "_far3_" not in k})
+    far3 = {k: v for k, v in built.items() if k.startswith("ladder_far3_")}
+    assert set(far3) == {"ladder_far3_train", "ladder_far3_val", "ladder_far3_test"}
+    assert tiny.FAR3_LEVELS == tuple(range(11, 21))
+    tok, keys = checkpoint.load_tokenizer("tiny"), set(built["ladder_far2_test"][0])
+    context = min(checkpoint.read_config(checkpoint.resolve_model_dir(m)).max_position_embeddings
+                  for m in ("tiny", "tiny-ladder"))
+    assert context == tiny.CONTEXT == 512 and tiny.FAR3_MAX_PROMPT + tiny.FAR3_MAX_NEW_TOKENS == context
+    longest = {}
+    for name, rows in far3.items():
+        assert committed_rows(name) == rows and all(set(r) == keys for r in rows)  # no worked solutions
+        assert [r["level"] for r in rows] == list(tiny.FAR3_LEVELS) * tiny.FAR3_SIZES[name.split("_")[-1]]
+        assert all(r["source"] == "tiny_ladder_far3" and r["id"] == f"tiny_{name}/{i:05d}" for i, r in enumerate(rows))
+        assert not {r["problem"] for r in rows} & earlier
+        for r in rows:
+            lines, value = verify.chain(r["problem"])
+            assert len(lines) == r["level"] and str(value) == r["answer"] == str(evaluate_text(r["problem"]))
+            prompt = len(tok.encode(format_prompt(r["problem"])))
+            chain = len(tok.encode("\n" + "\n".join(lines + [f"\\boxed{{{value}}}"]))) + 1  # + end of text
+            assert prompt + tiny.FAR3_MAX_NEW_TOKENS <= context and chain <= tiny.FAR3_MAX_NEW_TOKENS, r["id"]
+            longest[r["level"]] = max(longest.get(r["level"], 0), prompt + chain)
+    assert len(tiny.problem_texts(far3)) == sum(map(len, far3.values())) == 23000
+    print("longest prompt + chain by rung:", longest)  # 347 at rung 11 ... 509 at rung 20 when measured
+
+
+def test_max_prompt_draws_a_text_with_a_longer_prompt_again():
+    """new_problem's max_prompt (far3's 240 tokens) skips a text whose prompt is longer; without it, the first draw."""
+    first = tiny.make_problem(random.Random(5), 20)
+    assert tiny.new_problem(random.Random(5), 20, set()) == first
+    seen, limit = set(), len(format_prompt(first["problem"])) - 1
+    p = tiny.new_problem(random.Random(5), 20, seen, limit)
+    assert len(format_prompt(p["problem"])) <= limit and seen == {p["problem"]}
 
 
 # -----------------------------------------------------------------------------
