@@ -46,6 +46,24 @@ def test_each_rung_is_labelled_from_its_own_split_never_twice_by_hand(tmp_path):
     assert all(p["level"] == 9 for p in C.fresh_problems(far2, 9, 3, set()))
 
 
+def test_a_run_evaluates_rungs_2_10_or_up_to_the_last_rung_it_labels():
+    """Rungs 11-20 (tiny_ladder_far3_*) enter a run only when it labels past rung 10: the default climb (rungs 6-10)
+    reads the three splits it read before they existed."""
+    cases = [(dict(), 10, 3), (dict(rounds=0), 10, 3), (dict(rounds=6, max_new_tokens=272), 11, 4),
+             (dict(rounds=15, max_new_tokens=272), 20, 4), (dict(start_rung=2, rounds=3), 10, 3)]
+    for flags, top, n_splits in cases:
+        cfg = C.ClimbConfig(**flags)
+        C.check_config(cfg)
+        assert C.top_rung(cfg) == top and list(C.rungs_for(cfg)) == list(range(2, top + 1))
+        assert [s[1] for s in C.splits_for(cfg)] == ["tiny_ladder_train", "tiny_ladder_far_train",
+                                                     "tiny_ladder_far2_train", "tiny_ladder_far3_train"][:n_splits]
+    train, val = C.load_data(C.ClimbConfig(rounds=6, max_new_tokens=272, val_limit=3))
+    assert sorted(val) == list(range(2, 12)) and all(len(v) == 3 and {p["level"] for p in v} == {k}
+                                                     for k, v in val.items())
+    assert C.split_of(11, 1) == "tiny_ladder_far3_train" and C.split_of(20, 2) == "tiny_ladder_far3_val"
+    assert sum(p["level"] == 20 for p in train["tiny_ladder_far3_train"]) == 2000
+
+
 def test_each_seed_draws_its_own_problems_with_problem_order_seeded():
     pool = P.load_problems("tiny_ladder_far_train")
     rung7 = [p["id"] for p in pool if p["level"] == 7]
@@ -339,11 +357,14 @@ def test_the_drgrpo_baseline_learns_the_rounds_problems_dense_then_binary(tmp_pa
 
 
 def test_bad_input_is_one_error_line(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "research/rounds/climb.py"), "--rounds", "6", "--out",
-                           str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "climb.py: error: --start-rung 6 --rounds 6 would label rung 11; the ladder's top rung is 10"]
-    assert not (tmp_path / "x").exists()
+    for flags, said in [(["--rounds", "16"], "--start-rung 6 --rounds 16 would label rung 21; the ladder's top rung "
+                                             "is 20"),
+                        (["--rounds", "6"], "--max-new-tokens 160 cannot hold rung 11's chain; a run past rung 10 needs "
+                                            "--max-new-tokens 272 (a 20-line chain)")]:
+        done = subprocess.run([sys.executable, str(ROOT / "research/rounds/climb.py"), *flags, "--out",
+                               str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"climb.py: error: {said}"]
+        assert not (tmp_path / "x").exists()
     with pytest.raises(FileExistsError, match="holds a rounds run"):  # a rounds.py run is never resumed as a climb
         (tmp_path / "r").mkdir()
         (tmp_path / "r" / "config.json").write_text(json.dumps(dict(rounds=3)))

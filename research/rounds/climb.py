@@ -24,8 +24,9 @@ Round r (1, 2, ...) targets rung k = --start-rung + r - 1 (6, 7, 8, 9, 10 by def
    allow; --updates AdamW steps of --batch-size traces drawn in seeded passes over the mix, lr warmed up linearly
    for --warmup updates then cosine-decayed from --lr (train_rl.lr_at), each step train_rl.sft_update (the
    token-mean NLL, prompt masked). A fresh optimizer every round (Lee et al. 2025 re-warm each round).
-3. Evaluate pi_r: fast (greedy, step-valid, --max-new-tokens) per rung 2-10 on the validation splits (--val-limit a
-   rung), and the decomposed vote (majority over --samples) at the next rung, k + 1.
+3. Evaluate pi_r: fast (greedy, step-valid, --max-new-tokens) per rung 2-10 (to the last rung labelled, when a run
+   goes past rung 10: rungs 11-20 need --max-new-tokens 272) on the validation splits (--val-limit a rung), and the
+   decomposed vote (majority over --samples) at the next rung, k + 1, up to the top one.
 Row 0 of climb.jsonl evaluates pi_0 (its vote at --start-rung); row r holds round r: the rung, problems labelled
 and solved, traces per rung in the mix, each rung's share of the mix's tokens and (--loss-probe) of its loss before
 the first and after the last update, updates, FLOPs of labelling and of distillation (model.flops_per_token, as
@@ -71,11 +72,12 @@ import verify as V  # noqa: E402
 from objectives import OBJECTIVE_FLAGS, OBJECTIVES  # noqa: E402
 from research.rounds import rounds as R  # noqa: E402
 
-# The splits that hold each rung: (top rung, training, validation, test split), rungs 2-6, 7-8, 9-10.
+# The splits that hold each rung: (top rung, training, validation, test split), rungs 2-6, 7-8, 9-10, 11-20.
 SPLITS = ((6, "tiny_ladder_train", "tiny_ladder_val", "tiny_ladder_test"),
           (8, "tiny_ladder_far_train", "tiny_ladder_far_val", "tiny_ladder_far_test"),
-          (10, "tiny_ladder_far2_train", "tiny_ladder_far2_val", "tiny_ladder_far2_test"))
-RUNGS = range(2, 11)
+          (10, "tiny_ladder_far2_train", "tiny_ladder_far2_val", "tiny_ladder_far2_test"),
+          (20, "tiny_ladder_far3_train", "tiny_ladder_far3_val", "tiny_ladder_far3_test"))
+FIRST_RUNG = 2
 TEMPLATE = "base"
 # may change on --resume (and the --test flags); every other setting must match
 TEST_FLAGS = ("test", "test_limit", "test_vote_limit", "reach_samples", "reach_limit")
@@ -94,7 +96,7 @@ class ClimbConfig:
     start: str = run_arg("tiny-ladder", "pi_0: tiny-ladder, tiny, or a checkpoint directory (e.g. a rounds run's "
                                         "round_N)")
     start_rung: int = label_arg(6, "the rung round 1 labels; round r labels start-rung + r - 1", range="[2, 10]")
-    rounds: int = label_arg(5, "rounds, one new rung each (0: only evaluate --start)", range="[0, 9]")
+    rounds: int = label_arg(5, "rounds, one new rung each (0: only evaluate --start)", range="[0, 19]")
     label_problems: int = label_arg(2000, "fresh training problems of the round's rung System 2 labels (fewer where "
                                           "the rung has fewer: 1,000 at rungs 7-8)", range="[1, inf)")
     samples: int = label_arg(8, "decomposed samples per problem, in labelling and in the vote", range="[1, inf)")
@@ -151,7 +153,8 @@ class ClimbConfig:
                                  "al. 2025's two phases; 0: binary only)", range="[0, inf)")
     prefix_credit: float = rl_arg(0.5, "the dense phase's reward.prefix_credit", range="[0, 1]")
     max_new_tokens: int = run_arg(tiny.FAR2_MAX_NEW_TOKENS, "token budget of a greedy answer and of each decomposed "
-                                                            "call (a 10-operation chain fits)", range="[1, inf)")
+                                                            "call (a 10-operation chain fits; past rung 10, 272)",
+                                  range="[1, inf)")
     val_limit: int = run_arg(0, "validation problems a rung (0: all 100)", range="[0, inf)")
     eval_batch_size: int = run_arg(64, "problems per generate call of the greedy evaluation", range="[1, inf)")
     seed: int = run_arg(0, "seed of the decomposed samples, the replay draw and the batch order",
@@ -191,10 +194,28 @@ def check_config(cfg):
     if cfg.base_labels == "own" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
         raise ValueError("--base-labels own labels with System 2's samples; --labels generator and --learner drgrpo "
                          "have none (leave it at ladder)")
-    if cfg.start_rung + cfg.rounds - 1 > RUNGS[-1]:
+    if cfg.start_rung + cfg.rounds - 1 > SPLITS[-1][0]:
         raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
-                         f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {RUNGS[-1]}")
+                         f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {SPLITS[-1][0]}")
+    if top_rung(cfg) > SPLITS[2][0] and cfg.max_new_tokens < tiny.FAR3_MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} cannot hold rung {top_rung(cfg)}'s chain; a run "
+                         f"past rung {SPLITS[2][0]} needs --max-new-tokens {tiny.FAR3_MAX_NEW_TOKENS} (a 20-line chain)")
     cli.check_device(cfg.device)
+
+
+def top_rung(cfg):
+    """The highest rung a run evaluates: the last one it labels, at least 10 (a run that stays below rung 11 reads
+    rungs 2-10, as before rungs 11-20 were added), so the vote at the next rung stops at the top one."""
+    return max(SPLITS[2][0], cfg.start_rung + cfg.rounds - 1)
+
+
+def splits_for(cfg):
+    """The SPLITS rows holding rungs 2 to top_rung."""
+    return [s for i, s in enumerate(SPLITS) if i == 0 or SPLITS[i - 1][0] < top_rung(cfg)]
+
+
+def rungs_for(cfg):
+    return range(FIRST_RUNG, top_rung(cfg) + 1)
 
 
 def rounds_view(cfg):
@@ -270,13 +291,13 @@ def base_traces(cfg, out, train, tokenizer, device):
     if cfg.base_labels == "ladder":
         return worked_traces(rows, tokenizer, 0, "ladder"), {}
     view = rounds_view(cfg)
-    problems = [p for k in range(RUNGS[0], cfg.start_rung)
+    problems = [p for k in range(FIRST_RUNG, cfg.start_rung)
                 for p in fresh_problems(rows, k, cfg.base_problems, set(), order_seed(cfg))]
     _, sampler = R.load_policy(out / "round_0", device)
     records, label = R.decompose(sampler, tokenizer, problems, view, out / "round_0" / "base_label",
                                  1_000 * (cfg.seed + 1), cfg.samples, SPLITS[0][1])
     traces = R.traces_for_round(records, view, 0, tokenizer, cfg.label_source, cfg.vote_min)
-    return traces, dict(base_rungs=list(range(RUNGS[0], cfg.start_rung)), label_source=cfg.label_source,
+    return traces, dict(base_rungs=list(range(FIRST_RUNG, cfg.start_rung)), label_source=cfg.label_source,
                         base_problems_labelled=len(problems), base_traces=len(traces),
                         base_labels_by_source={k: R.label_precision(records, view.selection, view.max_traces, k,
                                                                     cfg.vote_min) for k in R.LABEL_SOURCES},
@@ -481,7 +502,7 @@ def evaluate(sampler, tokenizer, val_by_rung, cfg, eval_dir, vote_rung):
     val = [p for rows in val_by_rung.values() for p in rows]
     _, fast = E.evaluate(sampler, tokenizer, val, cfg.max_new_tokens, batch_size=cfg.eval_batch_size, template=TEMPLATE,
                          grader="steps", group_by="level", out_dir=eval_dir / "fast",
-                         dataset="+".join(s[2] for s in SPLITS))
+                         dataset="+".join(s[2] for s in splits_for(cfg)))
     row = dict(fast_accuracy=fast["accuracy"], fast_n=fast["n"],
                fast_by_rung=per_rung(fast),
                eval_flops=fast["inference_flops"], vote_rung=None, vote_accuracy=None, vote_pass_at_k=None, vote_n=0)
@@ -515,16 +536,16 @@ def reach(sampler, tokenizer, rows, cfg, out_dir):
 
 
 def test_round(r, cfg, out, test_by_rung, tokenizer, device):
-    """Round r's test row: greedy per rung 2-10 on every test problem ({rung: rows}), the decomposed vote per rung
+    """Round r's test row: greedy per rung (2 to top_rung) on every test problem ({rung: rows}), the decomposed vote per rung
     on the first --test-vote-limit, and reach at the round's rung and one above on the first --reach-limit."""
     limit = cfg.test_limit or None
     _, sampler = R.load_policy(out / f"round_{r}", device)
     test_dir = out / f"round_{r}" / "test"
     _, fast = E.evaluate(sampler, tokenizer, [p for v in test_by_rung.values() for p in v[:limit]], cfg.max_new_tokens,
                          batch_size=cfg.eval_batch_size, template=TEMPLATE, grader="steps", group_by="level",
-                         out_dir=test_dir / "fast", dataset="+".join(s[3] for s in SPLITS))
+                         out_dir=test_dir / "fast", dataset="+".join(s[3] for s in splits_for(cfg)))
     _, vote = R.decompose(sampler, tokenizer, [p for v in test_by_rung.values() for p in v[:cfg.test_vote_limit]],
-                          rounds_view(cfg), test_dir / "vote", cfg.seed, cfg.samples, "+".join(s[3] for s in SPLITS))
+                          rounds_view(cfg), test_dir / "vote", cfg.seed, cfg.samples, "+".join(s[3] for s in splits_for(cfg)))
     rung = cfg.start_rung + r - 1
     near = [p for k in (rung, rung + 1) if k in test_by_rung for p in test_by_rung[k][:cfg.reach_limit]]
     return dict(round=r, rung=rung if r else None, fast_by_rung=per_rung(fast), fast_n=fast["n"],
@@ -548,8 +569,8 @@ def run_test(cfg):
                                   **{k: getattr(cfg, k) for k in (*TEST_FLAGS[1:], "device", "threads")})
     done = {row["round"] for row in runs.read_log(out / "test.jsonl", repair=True)}
     tokenizer, device = checkpoint.load_tokenizer(out / "round_0"), cfg.device or M.default_device()
-    test_rows = [p for s in SPLITS for p in P.load_problems(s[3])]
-    test_by_rung = {k: [p for p in test_rows if p["level"] == k] for k in RUNGS}
+    test_rows = [p for s in splits_for(run_cfg) for p in P.load_problems(s[3])]
+    test_by_rung = {k: [p for p in test_rows if p["level"] == k] for k in rungs_for(run_cfg)}
     todo = [row["round"] for row in runs.read_log(out / "climb.jsonl", repair=True) if row["round"] not in done]
     if not todo:
         print(f"--test: every complete round of {out} (rounds {', '.join(map(str, sorted(done))) or 'none'}) is in "
@@ -569,10 +590,10 @@ def run_test(cfg):
 
 
 def load_data(cfg):
-    """({split: rows} of the training splits, {rung: validation rows}, --val-limit a rung)."""
-    train = {s[1]: P.load_problems(s[1]) for s in SPLITS}
-    val = [p for s in SPLITS for p in P.load_problems(s[2])]
-    val_by_rung = {k: [p for p in val if p["level"] == k] for k in RUNGS}
+    """({split: rows} of the training splits, {rung: validation rows}, --val-limit a rung), rungs 2 to top_rung."""
+    train = {s[1]: P.load_problems(s[1]) for s in splits_for(cfg)}
+    val = [p for s in splits_for(cfg) for p in P.load_problems(s[2])]
+    val_by_rung = {k: [p for p in val if p["level"] == k] for k in rungs_for(cfg)}
     return train, {k: rows[:cfg.val_limit] if cfg.val_limit else rows for k, rows in val_by_rung.items()}
 
 
