@@ -199,7 +199,8 @@ def check_config(cfg):
                          f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {SPLITS[-1][0]}")
     if top_rung(cfg) > SPLITS[2][0] and cfg.max_new_tokens < tiny.FAR3_MAX_NEW_TOKENS:
         raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} cannot hold rung {top_rung(cfg)}'s chain; a run "
-                         f"past rung {SPLITS[2][0]} needs --max-new-tokens {tiny.FAR3_MAX_NEW_TOKENS} (a 20-line chain)")
+                         f"past rung {SPLITS[2][0]} needs --max-new-tokens {tiny.FAR3_MAX_NEW_TOKENS} "
+                         f"(a 20-line chain)")
     cli.check_device(cfg.device)
 
 
@@ -536,8 +537,8 @@ def reach(sampler, tokenizer, rows, cfg, out_dir):
 
 
 def test_round(r, cfg, out, test_by_rung, tokenizer, device):
-    """Round r's test row: greedy per rung (2 to top_rung) on every test problem ({rung: rows}), the decomposed vote per rung
-    on the first --test-vote-limit, and reach at the round's rung and one above on the first --reach-limit."""
+    """Round r's test row: greedy per rung (2 to top_rung) on every test problem ({rung: rows}), the decomposed vote
+    per rung on the first --test-vote-limit, and reach at the round's rung and one above on the first --reach-limit."""
     limit = cfg.test_limit or None
     _, sampler = R.load_policy(out / f"round_{r}", device)
     test_dir = out / f"round_{r}" / "test"
@@ -545,7 +546,8 @@ def test_round(r, cfg, out, test_by_rung, tokenizer, device):
                          batch_size=cfg.eval_batch_size, template=TEMPLATE, grader="steps", group_by="level",
                          out_dir=test_dir / "fast", dataset="+".join(s[3] for s in splits_for(cfg)))
     _, vote = R.decompose(sampler, tokenizer, [p for v in test_by_rung.values() for p in v[:cfg.test_vote_limit]],
-                          rounds_view(cfg), test_dir / "vote", cfg.seed, cfg.samples, "+".join(s[3] for s in splits_for(cfg)))
+                          rounds_view(cfg), test_dir / "vote", cfg.seed, cfg.samples,
+                          "+".join(s[3] for s in splits_for(cfg)))
     rung = cfg.start_rung + r - 1
     near = [p for k in (rung, rung + 1) if k in test_by_rung for p in test_by_rung[k][:cfg.reach_limit]]
     return dict(round=r, rung=rung if r else None, fast_by_rung=per_rung(fast), fast_n=fast["n"],
