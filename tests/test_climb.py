@@ -183,6 +183,7 @@ def test_a_scaffold_round_learns_from_the_groups_of_its_rung_and_of_the_base_rep
     row = rows[1]
     groups = C.scaffold_groups(C.label_records(out, 1), C.ClimbConfig(label_source="answer"))
     base = C.scaffold_groups(C.label_records(out, 0), C.ClimbConfig(label_source="answer"))
+    assert groups and base  # these seeds give both (else the round would train on nothing)
     assert row["groups_new"] == len(groups) and row["traces_new"] == row["labels_by_source"]["answer"]["kept"]
     mix = {int(k): v for k, v in row["mix_by_rung"].items()}
     assert mix.get(4, 0) == len(groups) and sum(v for k, v in mix.items() if k < 4) == min(len(base), len(groups))
