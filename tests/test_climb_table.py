@@ -160,8 +160,12 @@ def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):
     for i, end in enumerate([0.4, 0.5, 0.6]):  # the arm's rung 7 after round 2; the baseline's 0.1, 0.1, 0.4
         write_run(tmp_path / f"a{i}", end, [0.1, 0.2, 0.3])
         write_run(tmp_path / f"b{i}", [0.1, 0.1, 0.4][i], [0.1, 0.2, 0.3])
+        rows = runs.read_log(tmp_path / f"b{i}" / "climb.jsonl")  # as --learner scaffold writes them: no shares
+        runs.write_jsonl(tmp_path / f"b{i}" / "climb.jsonl", [{k: v for k, v in r.items() if "share" not in k}
+                                                              for r in rows])
     CT.main([f"arm={tmp_path}/a?", f"base={tmp_path}/b?", "--baseline", "base"])
     text = capsys.readouterr().out
+    assert "| base | 2 | 7 | 10 | 8 | 7: 8, 2: 8 | - / - / - | 3 | 1.00e+11 | 2.00e+11 |" in text
     d = [0.3, 0.4, 0.2]  # at rung 7: sd 0.1; over rungs 2-10 the same differences / 9
     half = 4.303 * 0.1 / math.sqrt(3)
     over = 4.303 * 0.1 / 9 / math.sqrt(3)

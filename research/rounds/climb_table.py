@@ -299,7 +299,7 @@ def rounds_table(arms):
         for r in sorted(set.intersection(*(set(c) for c, _ in seeds)) - {0}):
             rows = [climb[r] for climb, _ in seeds]
             k = str(rows[0]["rung"])
-            share = lambda f: f"{np.mean([x[f][k] for x in rows]):.2f}" if rows[0][f] else "-"  # noqa: E731
+            share = lambda f: f"{np.mean([x[f][k] for x in rows]):.2f}" if rows[0].get(f) else "-"  # noqa: E731
             mix = ", ".join(f"{rung}: {n}" for rung, n in rows[0]["mix_by_rung"].items())
             print(f"| {arm} | {r} | {k} | {np.mean([x['problems_labelled'] for x in rows]):.0f} | "
                   f"{np.mean([x['solved'] for x in rows]):.0f} | {mix} | {share('token_share_by_rung')} / "
