@@ -78,6 +78,7 @@ SPLITS = ((6, "tiny_ladder_train", "tiny_ladder_val", "tiny_ladder_test"),
           (10, "tiny_ladder_far2_train", "tiny_ladder_far2_val", "tiny_ladder_far2_test"),
           (20, "tiny_ladder_far3_train", "tiny_ladder_far3_val", "tiny_ladder_far3_test"))
 FIRST_RUNG = 2
+TOP_BEFORE_FAR3 = SPLITS[2][0]  # rung 10: the ladder's top before rungs 11-20; a run that stays below reads 2-10
 TEMPLATE = "base"
 # may change on --resume (and the --test flags); every other setting must match
 TEST_FLAGS = ("test", "test_limit", "test_vote_limit", "reach_samples", "reach_limit")
@@ -197,9 +198,9 @@ def check_config(cfg):
     if cfg.start_rung + cfg.rounds - 1 > SPLITS[-1][0]:
         raise ValueError(f"--start-rung {cfg.start_rung} --rounds {cfg.rounds} would label rung "
                          f"{cfg.start_rung + cfg.rounds - 1}; the ladder's top rung is {SPLITS[-1][0]}")
-    if top_rung(cfg) > SPLITS[2][0] and cfg.max_new_tokens < tiny.FAR3_MAX_NEW_TOKENS:
+    if top_rung(cfg) > TOP_BEFORE_FAR3 and cfg.max_new_tokens < tiny.FAR3_MAX_NEW_TOKENS:
         raise ValueError(f"--max-new-tokens {cfg.max_new_tokens} cannot hold rung {top_rung(cfg)}'s chain; a run "
-                         f"past rung {SPLITS[2][0]} needs --max-new-tokens {tiny.FAR3_MAX_NEW_TOKENS} "
+                         f"past rung {TOP_BEFORE_FAR3} needs --max-new-tokens {tiny.FAR3_MAX_NEW_TOKENS} "
                          f"(a 20-line chain)")
     cli.check_device(cfg.device)
 
@@ -207,7 +208,7 @@ def check_config(cfg):
 def top_rung(cfg):
     """The highest rung a run evaluates: the last one it labels, at least 10 (a run that stays below rung 11 reads
     rungs 2-10, as before rungs 11-20 were added), so the vote at the next rung stops at the top one."""
-    return max(SPLITS[2][0], cfg.start_rung + cfg.rounds - 1)
+    return max(TOP_BEFORE_FAR3, cfg.start_rung + cfg.rounds - 1)
 
 
 def splits_for(cfg):
@@ -286,9 +287,9 @@ def base_traces(cfg, out, train, tokenizer, device):
     (--no-base-replay), the generator's worked solution of every row (--base-labels ladder: the reference chain,
     an answer key), or pi_0's decomposed samples of --base-problems fresh rows a rung kept by --label-source
     (--base-labels own, round 0's System 2; its records in round_0/base_label are the cache a resume reads)."""
-    rows = [p for p in train[SPLITS[0][1]] if p["level"] < cfg.start_rung]
     if not cfg.base_replay:
         return [], {}
+    rows = [p for p in train[SPLITS[0][1]] if p["level"] < cfg.start_rung]
     if cfg.base_labels == "ladder":
         return worked_traces(rows, tokenizer, 0, "ladder"), {}
     view = rounds_view(cfg)
