@@ -251,17 +251,23 @@ def order_seed(cfg):
     return cfg.seed if cfg.problem_order == "seeded" else None
 
 
-def write_labelled_ids(round_dir, problems):
-    """The round's problems as id rows, where no System 2 records them (the generator labels, the Dr. GRPO
+def labels_dir(out, q):
+    """Where round q's labelling records live: round_q/label/ (round 0: round_0/base_label/, pi_0's labels of the
+    base replay, --base-labels own); its records.jsonl is the cache a resume reads."""
+    return out / f"round_{q}" / ("base_label" if q == 0 else "label")
+
+
+def write_labelled_ids(out, r, problems):
+    """Round r's problems as id rows, where no System 2 records them (the generator labels, the Dr. GRPO
     baseline): used_ids reads them, so later rounds take fresh problems."""
-    (round_dir / "label").mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl(round_dir / "label" / "records.jsonl", [dict(id=p["id"]) for p in problems])
+    labels_dir(out, r).mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl(labels_dir(out, r) / "records.jsonl", [dict(id=p["id"]) for p in problems])
 
 
 def used_ids(out, r):
     """Problems labelled by rounds 1..r-1 (their labelling records on disk: evaluate's, or ids alone where no
     System 2 labelled them)."""
-    paths = [out / f"round_{q}" / "label" / "records.jsonl" for q in range(1, r)]
+    paths = [labels_dir(out, q) / "records.jsonl" for q in range(1, r)]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{missing[0]}: an earlier round's labelling records are missing")
@@ -296,7 +302,7 @@ def base_traces(cfg, out, train, tokenizer, device):
     problems = [p for k in range(FIRST_RUNG, cfg.start_rung)
                 for p in fresh_problems(rows, k, cfg.base_problems, set(), order_seed(cfg))]
     _, sampler = R.load_policy(out / "round_0", device)
-    records, label = R.decompose(sampler, tokenizer, problems, view, out / "round_0" / "base_label",
+    records, label = R.decompose(sampler, tokenizer, problems, view, labels_dir(out, 0),
                                  1_000 * (cfg.seed + 1), cfg.samples, SPLITS[0][1])
     traces = R.traces_for_round(records, view, 0, tokenizer, cfg.label_source, cfg.vote_min)
     return traces, dict(base_rungs=list(range(FIRST_RUNG, cfg.start_rung)), label_source=cfg.label_source,
@@ -386,7 +392,7 @@ def shares(weights):
 
 def label_records(out, q):
     """Round q's labelling records (round 0: pi_0's of the base replay, --base-labels own)."""
-    return E.read_records(out / f"round_{q}" / ("base_label" if q == 0 else "label") / "records.jsonl")[0]
+    return E.read_records(labels_dir(out, q) / "records.jsonl")[0]
 
 
 def scaffold_groups(records, cfg):
@@ -475,7 +481,7 @@ def rl_learn(r, cfg, out, train, problems, tokenizer, device):
     """The baseline's round r: Dr. GRPO on its fresh problems beside --replay-ratio as many problems of the earlier
     rungs (the ladder's rungs below --start-rung and earlier rounds' problems); pi_r saved; the row's fields."""
     rung, round_dir = cfg.start_rung + r - 1, out / f"round_{r}"
-    write_labelled_ids(round_dir, problems)
+    write_labelled_ids(out, r, problems)
     used = used_ids(out, r)
     earlier = by_rung([p for p in train[SPLITS[0][1]] if p["level"] < cfg.start_rung] +
                       [p for rows in train.values() for p in rows if p["id"] in used])
@@ -624,7 +630,7 @@ def check_round_files(out, rows, cfg):
     damaged one is an error naming it: the rounds after it would silently learn from other data."""
     for row in rows[1:]:
         q = row["round"]
-        files = [(out / f"round_{q}" / "label" / "records.jsonl", row["problems_labelled"], "labelling records")]
+        files = [(labels_dir(out, q) / "records.jsonl", row["problems_labelled"], "labelling records")]
         if cfg.learner == "distil":
             files.append((out / f"traces_{q}.jsonl", row["traces_new"], "traces"))
         for path, n, what in files:
@@ -656,11 +662,11 @@ def run_round(r, cfg, out, data, tokenizer, device, rows, base):
         return finish_row(row, r, cfg, out, val_by_rung, tokenizer, device, rows, t0)
     policy, sampler = R.load_policy(out / f"round_{r - 1}", device)  # pi_{r-1}: labels (sampler), then is distilled
     if cfg.labels == "generator":  # the control: every problem labelled, by the generator, at no deliberation cost
-        write_labelled_ids(round_dir, problems)
+        write_labelled_ids(out, r, problems)
         new, label = worked_traces(problems, tokenizer, r, "generator"), dict(samples_total=0, inference_flops=0.0)
         solved, labels = len(problems), None
     else:
-        records, label = R.decompose(sampler, tokenizer, problems, view, round_dir / "label",
+        records, label = R.decompose(sampler, tokenizer, problems, view, labels_dir(out, r),
                                      1_000 * (cfg.seed + 1) + r, cfg.samples, split)
         new = R.traces_for_round(records, view, r, tokenizer, cfg.label_source, cfg.vote_min)
         solved = sum(R.n_correct(rec) > 0 for rec in records)
