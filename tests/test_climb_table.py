@@ -12,21 +12,23 @@ from research.rounds import climb_table as CT
 import runs
 
 
-def write_run(d, rung7_after_2, mean_by_round):
-    """A fake climb run: rounds 0-2, every rung at the round's mean except rung 7 after round 2."""
+def write_run(d, rung7_after_2, mean_by_round, top=10, far=None):
+    """A fake climb run: rounds 0-2, rungs 2..top, every rung at the round's mean except rung 7 after round 2 (and
+    the rungs past 10 at far, where given)."""
     d.mkdir()
     climb, test = [], []
     for r, m in enumerate(mean_by_round):
-        by_rung = {str(k): m for k in range(2, 11)}
+        fast = {str(k): m if k <= 10 or far is None else far for k in range(2, top + 1)}
+        by_rung = dict(fast)
         if r == 2:
             by_rung["7"] = rung7_after_2
         climb.append(dict(round=r, cumulative_flops=1e12 * r, rung=5 + r, problems_labelled=10, solved=8,
-                          fast_by_rung={str(k): m for k in range(2, 11)}, vote_rung=6 + r, vote_accuracy=0.1 * r,
+                          fast_by_rung=fast, vote_rung=6 + r, vote_accuracy=0.1 * r,
                           mix_by_rung={str(5 + r): 8, "2": 8}, token_share_by_rung={str(5 + r): 0.6},
                           loss_share_first_by_rung=None, loss_share_last_by_rung={str(5 + r): 0.5}, updates=3,
                           deliberation_flops=1e11, distillation_flops=2e11))
-        test.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=by_rung, fast_n=9 * 200, vote_by_rung=by_rung,
-                         reach={"6": dict(pass_at_1=0.1, pass_at_k=0.5, first_errors={"line 1 carry": 1.0})},
+        test.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=by_rung, fast_n=len(by_rung) * 200,
+                         vote_by_rung=by_rung, reach={"6": dict(pass_at_1=0.1, pass_at_k=0.5, first_errors={"line 1 carry": 1.0})},
                          reach_samples=64))
     runs.write_jsonl(d / "climb.jsonl", climb)
     runs.write_jsonl(d / "test.jsonl", test)
@@ -173,3 +175,25 @@ def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):
             f"{0.3 / 9 + over:.3f}] | 2.00e+12 / 2.00e+12 |") in text and sum(d) / 3 == pytest.approx(0.3)
     assert "| arm | 1 | 6 | 0.000 [0.000, 0.000] | 0.000 [0.000, 0.000] | 1.00e+12 / 1.00e+12 |" in text
     assert "| base | 1 |" not in text.split("Paired by seed")[1].split("\n\n")[1]  # the baseline is not paired with itself
+
+
+def test_a_run_past_rung_10_adds_its_columns_and_the_means_keep_to_the_rungs_every_run_has(tmp_path, capsys):
+    """An arm that evaluates rungs 2-12 (a climb labelling past rung 10) beside one that stops at 10: rungs 11-12
+    get columns, '-' where a run has no value, and every "mean" column stays over rungs 2-10 (no arm's mean takes
+    rungs the other never ran)."""
+    for i in range(2):
+        write_run(tmp_path / f"a{i}", 0.5, [0.5, 0.5, 0.5])
+        write_run(tmp_path / f"b{i}", 0.5, [0.5, 0.5, 0.5], top=12, far=0.9)
+    CT.main([f"short={tmp_path}/a?", f"long={tmp_path}/b?", "--baseline", "short"])
+    text = capsys.readouterr().out
+    header = "| arm | round | rung | FLOPs (mean) | mean 2-10 | " + " | ".join(f"rung {k}" for k in range(2, 13)) + " |"
+    assert text.count(header) == 2  # the greedy and the vote table
+    assert "| short | 1 | 6 | 1.00e+12 | 0.500 [0.500, 0.500] | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 [0.50, 0.50] | " \
+           "0.50 | 0.50 | 0.50 | 0.50 | - | - |" in text
+    assert "| long | 1 | 6 | 1.00e+12 | 0.500 [0.500, 0.500] | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 [0.50, 0.50] | " \
+           "0.50 | 0.50 | 0.50 | 0.50 | 0.90 | 0.90 |" in text
+    assert "| long | 2 | 7 | 0.000 [0.000, 0.000] | 0.000 [0.000, 0.000] |" in text  # paired over rungs 2-10 only
+    assert "slope of mean greedy accuracy over rungs 2-10" in text
+    assert "| long | 2 | 0.500 [0.500, 0.500] | 0.500 [0.051, 0.949] | yes |" in text  # 200 test problems a rung
+    assert "| long | 2 | 2 | 2.00e+12 | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 | 0.50 | 0.90 | 0.90 | " \
+           "rung 8: 0.20 |" in text  # validation: every rung the run has

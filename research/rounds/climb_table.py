@@ -11,6 +11,8 @@ moonshot (rung 10 after round 5, every earlier rung kept, and the vote at the ne
 2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
 the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's
 labels, mix, loss shares and FLOPs; and the runs' own validation rows (every round a run reached, tested or not).
+A column for every rung some run evaluates (2-10, up to 20 where a run labels past rung 10); every "mean" column and
+the trend average the rungs all runs evaluate.
 """
 
 import glob
@@ -23,9 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
 import cli  # noqa: E402
 import runs  # noqa: E402
 import stats  # noqa: E402
-
-RUNGS = [str(k) for k in range(2, 11)]
-
 
 def cell(values, digits=2):
     mean, ci = stats.t_interval(values)
@@ -58,24 +57,39 @@ def load(arms):
     return out
 
 
+def rung_columns(arms):
+    """The rungs the tables show, each every rung some row evaluates (2-10, or 2-20 where a run labels past rung
+    10), and those every row evaluates, which the "mean" columns average (one set when the runs agree)."""
+    sets = [set(row["fast_by_rung"]) for seeds in arms.values() for climb, test in seeds
+            for row in [*climb.values(), *test.values()]]
+    return sorted(set.union(*sets), key=int), sorted(set.intersection(*sets), key=int)
+
+
+def span(rungs):
+    return f"{rungs[0]}-{rungs[-1]}"
+
+
 def rounds_of(seeds):
     """The rounds every seed has tested."""
     return sorted(set.intersection(*(set(test) for _, test in seeds)))
 
 
-def per_rung_table(arms, field, title):
+def per_rung_table(arms, field, title, rungs):
+    columns, common = rungs
     print(f"\n{title}\n")
-    print("| arm | round | rung | FLOPs (mean) | mean 2-10 | " + " | ".join(f"rung {k}" for k in RUNGS) + " |")
-    print("| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in RUNGS) + " |")
+    print(f"| arm | round | rung | FLOPs (mean) | mean {span(common)} | "
+          + " | ".join(f"rung {k}" for k in columns) + " |")
+    print("| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in columns) + " |")
     for arm, seeds in arms.items():
         for r in rounds_of(seeds):
             tests = [test[r] for _, test in seeds]
             flops = np.mean([climb[r]["cumulative_flops"] for climb, _ in seeds])
             rung = tests[0]["rung"]
             cells = [cell([t[field][k] for t in tests]) if str(rung) == k else
-                     f"{np.mean([t[field][k] for t in tests]):.2f}" for k in RUNGS]
+                     "-" if any(k not in t[field] for t in tests) else f"{np.mean([t[field][k] for t in tests]):.2f}"
+                     for k in columns]
             print(f"| {arm} | {r} | {rung or '-'} | {flops:.2e} | "
-                  f"{cell([np.mean([t[field][k] for k in RUNGS]) for t in tests], 3)} | " + " | ".join(cells) + " |")
+                  f"{cell([np.mean([t[field][k] for k in common]) for t in tests], 3)} | " + " | ".join(cells) + " |")
 
 
 def per_rung_items(test_row):
@@ -104,14 +118,16 @@ def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
               f"{' / '.join(f'{x:.3f}' for x in end)} |")
 
 
-def paired_table(arms, baseline):
+def paired_table(arms, baseline, rungs):
     """Each arm minus the baseline arm on test, paired by seed (each glob's runs in order: name the seeds alike),
-    at the round's rung and over rungs 2-10, beside both arms' cumulative FLOPs (issue #67: against Dr. GRPO with
-    the scaffold)."""
+    at the round's rung and over the rungs every row evaluates (2-10), beside both arms' cumulative FLOPs (issue
+    #67: against Dr. GRPO with the scaffold)."""
     base = arms[baseline]
     print(f"\nPaired by seed against {baseline} (each glob's runs in order): greedy on test, arm minus {baseline}, "
           f"mean of the seeds' differences [95% t]; cumulative FLOPs of each, mean of the seeds\n")
-    print(f"| arm | round | rung | difference at the rung | difference, mean 2-10 | FLOPs: arm / {baseline} |")
+    common = rungs[1]
+    print(f"| arm | round | rung | difference at the rung | difference, mean {span(common)} | "
+          f"FLOPs: arm / {baseline} |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for arm, seeds in arms.items():
         if arm == baseline:
@@ -123,7 +139,7 @@ def paired_table(arms, baseline):
             k = str(seeds[0][1][r]["rung"])
             pairs = [(test[r]["fast_by_rung"], other[r]["fast_by_rung"]) for (_, test), (_, other) in zip(seeds, base)]
             at = [a[k] - b[k] for a, b in pairs]
-            over = [np.mean([a[j] for j in RUNGS]) - np.mean([b[j] for j in RUNGS]) for a, b in pairs]
+            over = [np.mean([a[j] for j in common]) - np.mean([b[j] for j in common]) for a, b in pairs]
             flops = [np.mean([climb[r]["cumulative_flops"] for climb, _ in s]) for s in (seeds, base)]
             print(f"| {arm} | {r} | {k} | {cell(at, 3)} | {cell(over, 3)} | {flops[0]:.2e} / {flops[1]:.2e} |")
 
@@ -241,8 +257,10 @@ def labels_table(arms):
                   + " | ".join(offline) + " |")
 
 
-def trend_table(arms):
-    print("\nThe trend test: per seed, the least-squares slope of mean greedy accuracy over rungs 2-10 (test) "
+def trend_table(arms, rungs):
+    common = rungs[1]
+    print(f"\nThe trend test: per seed, the least-squares slope of mean greedy accuracy over rungs {span(common)} "
+          "(test) "
           "against the round; mean of the seeds [95% t]\n")
     print("| arm | rounds | slope per round | per seed |")
     print("| --- | ---: | ---: | --- |")
@@ -250,7 +268,7 @@ def trend_table(arms):
         rs = rounds_of(seeds)
         if len(rs) < 2:
             continue
-        slopes = [float(np.polyfit(rs, [np.mean([test[r]["fast_by_rung"][k] for k in RUNGS]) for r in rs], 1)[0])
+        slopes = [float(np.polyfit(rs, [np.mean([test[r]["fast_by_rung"][k] for k in common]) for r in rs], 1)[0])
                   for _, test in seeds]
         print(f"| {arm} | {rs[0]}-{rs[-1]} | {cell(slopes, 3)} | {' / '.join(f'{x:+.3f}' for x in slopes)} |")
 
@@ -273,15 +291,18 @@ def reach_table(arms):
                       f"{cell([t['reach'][k]['pass_at_k'] for t in tests])} (k={tests[0]['reach_samples']}) | {top} |")
 
 
-def val_table(arms):
+def val_table(arms, rungs):
     print("\nValidation, as each run evaluated itself after every round (greedy per rung on its --val-limit first "
           "problems of each rung; the vote at the next rung), mean of the seeds that reached the round\n")
-    print("| arm | round | seeds | FLOPs (mean) | " + " | ".join(f"rung {k}" for k in RUNGS) + " | vote at the next rung |")
-    print("| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in RUNGS) + " | --- |")
+    columns = rungs[0]
+    print("| arm | round | seeds | FLOPs (mean) | " + " | ".join(f"rung {k}" for k in columns)
+          + " | vote at the next rung |")
+    print("| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in columns) + " | --- |")
     for arm, seeds in arms.items():
         for r in sorted(set.union(*(set(c) for c, _ in seeds))):
             rows = [climb[r] for climb, _ in seeds if r in climb]
-            cells = [f"{np.mean([x['fast_by_rung'][k] for x in rows]):.2f}" for k in RUNGS]
+            cells = ["-" if any(k not in x["fast_by_rung"] for x in rows) else
+                     f"{np.mean([x['fast_by_rung'][k] for x in rows]):.2f}" for k in columns]
             vote = f"rung {rows[0]['vote_rung']}: {np.mean([x['vote_accuracy'] for x in rows]):.2f}" \
                 if rows[0].get("vote_rung") else "-"
             print(f"| {arm} | {r} | {len(rows)} | {np.mean([x['cumulative_flops'] for x in rows]):.2e} | "
@@ -322,21 +343,22 @@ def main(argv=None):
     arms = load(args)
     if baseline is not None and baseline not in arms:
         raise ValueError(f"--baseline {baseline}: not an arm; the arms are {', '.join(arms)}")
+    rungs = rung_columns(arms)
     endpoint_table(arms)
     if baseline is not None:
-        paired_table(arms, baseline)
+        paired_table(arms, baseline, rungs)
     moonshot_table(arms)
     per_rung_table(arms, "fast_by_rung", "Fast (greedy, step-valid) per rung on test, mean of the seeds; the round's "
-                                         "rung and the mean with their 95% t interval")
+                                         "rung and the mean with their 95% t interval", rungs)
     per_rung_table(arms, "vote_by_rung", "Deliberate (decomposed majority vote) per rung on the first test problems "
-                                         "of each rung, mean of the seeds")
+                                         "of each rung, mean of the seeds", rungs)
     kept_table(arms)
     erosion_table(arms, 1, "test")
-    trend_table(arms)
+    trend_table(arms, rungs)
     reach_table(arms)
     rounds_table(arms)
     labels_table(arms)
-    val_table(arms)
+    val_table(arms, rungs)
     erosion_table(arms, 0, "validation")
     next_rung_table(arms)
 
