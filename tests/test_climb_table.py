@@ -106,7 +106,8 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
     """Two seeds, rounds 0-3 (rungs 6, 7, 8): each rung against its own round, System 1 and the vote at the rung
     the next round labels, and each round's labels with their offline precision, all from hand-written rows."""
     fast = [  # per seed, per round: {rung: greedy accuracy}; other rungs 0.5
-        [{"6": 0.0, "7": 0.0}, {"6": 0.6, "7": 0.1}, {"6": 0.5, "7": 0.8, "8": 0.05}, {"6": 0.4, "7": 0.6, "8": 0.7}],
+        [{"6": 0.0, "7": 0.0}, {"6": 0.6, "7": 0.1}, {"3": 0.4, "6": 0.5, "7": 0.8, "8": 0.05},
+         {"3": 0.3, "6": 0.4, "7": 0.6, "8": 0.7}],
         [{"6": 0.0, "7": 0.0}, {"6": 0.7, "7": 0.0}, {"6": 0.4, "7": 0.9, "8": 0.15}, {"6": 0.7, "7": 0.9, "8": 0.8}]]
     for i, by_round in enumerate(fast):
         d = tmp_path / f"s{i}"
@@ -128,16 +129,20 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
     capsys.readouterr()
     CT.erosion_table(arms, 0, "validation")
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[2] == "| arm | round | rung 6 | rung 7 | rung 8 |"
+    assert lines[2] == "| arm | round | rung 2 | rung 3 | rung 4 | rung 5 | rung 6 | rung 7 | rung 8 |"
 
     def pair(x, y):  # the mean of two seeds' differences and its 95% t interval (12.706 x sd / sqrt(2))
         half = 12.706 * abs(x - y) / 2
         return f"{(x + y) / 2:.3f} [{(x + y) / 2 - half:.3f}, {(x + y) / 2 + half:.3f}]"
-    # rung 6 (round 1's): round 2 -0.1 / -0.3, round 3 -0.2 / 0.0; rung 7 (round 2's): round 3 -0.2 / 0.0
-    assert lines[4:] == [f"| a | 2 | {pair(-0.1, -0.3)} | - | - |",
-                         f"| a | 3 | {pair(-0.2, 0.0)} | {pair(-0.2, 0.0)} | - |"]
-    CT.erosion_table(arms, 1, "test")  # tested through round 2 only: rung 6 in round 2
-    assert capsys.readouterr().out.strip().splitlines()[4:] == [f"| a | 2 | {pair(-0.1, -0.3)} | - |"]
+    # rung 6 (round 1's): round 2 -0.1 / -0.3, round 3 -0.2 / 0.0; rung 7 (round 2's): round 3 -0.2 / 0.0;
+    # rungs 2-5 against round 1 (0.5): rung 3 round 2 -0.1 / 0.0, round 3 -0.2 / 0.0, the others 0
+    kept = pair(0.0, 0.0)
+    assert lines[4:] == [f"| a | 2 | {kept} | {pair(-0.1, 0.0)} | {kept} | {kept} | {pair(-0.1, -0.3)} | - | - |",
+                         f"| a | 3 | {kept} | {pair(-0.2, 0.0)} | {kept} | {kept} | {pair(-0.2, 0.0)} | "
+                         f"{pair(-0.2, 0.0)} | - |"]
+    CT.erosion_table(arms, 1, "test")  # tested through round 2 only: rungs 2-6 in round 2
+    assert capsys.readouterr().out.strip().splitlines()[4:] == [
+        f"| a | 2 | {kept} | {pair(-0.1, 0.0)} | {kept} | {kept} | {pair(-0.1, -0.3)} | - |"]
     CT.next_rung_table(arms)
     lines = capsys.readouterr().out.strip().splitlines()
     # after round r, rung 6 + r: System 1 0.0 / 0.0, 0.1 / 0.0, 0.05 / 0.15, 0.5 / 0.5; the vote 0.3 / 0.4

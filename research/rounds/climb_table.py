@@ -189,11 +189,16 @@ def common_rounds(seeds, which):
 def erosion_table(arms, which, split):
     """Each rung a round labelled, in every later round, minus its value after its own round (the round that
     labelled it), paired by seed: what learning the later rungs cost it (issue #67; against round 0 a rung
-    learnt in the climb always looks kept)."""
+    learnt in the climb always looks kept). The rungs below round 1's (2-5, the base replay's, first distilled
+    beside it) are measured against round 1."""
     print(f"\nErosion on {split}: each rung's greedy accuracy after a later round minus its value after its own round "
-          f"(the round that labelled it), paired by seed\n")
+          f"(the round that labelled it; rungs 2-5, first distilled in round 1, against round 1), paired by seed\n")
     tables = {arm: (seeds, common_rounds(seeds, which)) for arm, seeds in arms.items()}
     own = {arm: {seeds[0][which][r]["rung"]: r for r in rs if r} for arm, (seeds, rs) in tables.items()}
+    for arm, (seeds, rs) in tables.items():
+        if 1 in rs:
+            own[arm].update({int(k): 1 for k in seeds[0][which][1]["fast_by_rung"]
+                             if int(k) < seeds[0][which][1]["rung"]})
     rungs = sorted({k for v in own.values() for k in v})
     print("| arm | round | " + " | ".join(f"rung {k}" for k in rungs) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in rungs) + " |")
