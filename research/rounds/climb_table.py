@@ -26,6 +26,7 @@ import cli  # noqa: E402
 import runs  # noqa: E402
 import stats  # noqa: E402
 
+
 def cell(values, digits=2):
     mean, ci = stats.t_interval(values)
     return f"{mean:.{digits}f}" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
@@ -58,8 +59,8 @@ def load(arms):
 
 
 def rung_columns(arms):
-    """The rungs the tables show, each every rung some row evaluates (2-10, or 2-20 where a run labels past rung
-    10), and those every row evaluates, which the "mean" columns average (one set when the runs agree)."""
+    """(columns, common): every rung some row evaluates, one column each (2-10, up to 20 where a run labels past
+    rung 10), and the rungs every row evaluates, which the "mean" columns average (the same set when runs agree)."""
     sets = [set(row["fast_by_rung"]) for seeds in arms.values() for climb, test in seeds
             for row in [*climb.values(), *test.values()]]
     return sorted(set.union(*sets), key=int), sorted(set.intersection(*sets), key=int)
