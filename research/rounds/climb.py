@@ -260,8 +260,9 @@ def labels_dir(out, q):
 def write_labelled_ids(out, r, problems):
     """Round r's problems as id rows, where no System 2 records them (the generator labels, the Dr. GRPO
     baseline): used_ids reads them, so later rounds take fresh problems."""
-    labels_dir(out, r).mkdir(parents=True, exist_ok=True)
-    runs.write_jsonl(labels_dir(out, r) / "records.jsonl", [dict(id=p["id"]) for p in problems])
+    where = labels_dir(out, r)
+    where.mkdir(parents=True, exist_ok=True)
+    runs.write_jsonl(where / "records.jsonl", [dict(id=p["id"]) for p in problems])
 
 
 def used_ids(out, r):
