@@ -147,10 +147,10 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     # after round r, rung 6 + r: System 1 0.0 / 0.0, 0.1 / 0.0, 0.05 / 0.15, 0.5 / 0.5; the vote 0.3 / 0.4
     vote = "0.35 [-0.29, 0.99]"
-    assert lines[4:] == [f"| a | 0 | 6 | 0.00 [0.00, 0.00] | {vote} | 0.00 | 0.00 |",
-                         f"| a | 1 | 7 | 0.05 [-0.59, 0.69] | {vote} | 0.05 | 0.05 |",
-                         f"| a | 2 | 8 | 0.10 [-0.54, 0.74] | {vote} | 0.10 | 0.10 |",
-                         f"| a | 3 | 9 | 0.50 [0.50, 0.50] | {vote} | - | - |"]
+    assert lines[4:] == [f"| a | 0 | 6 | 0.00 [0.00, 0.00] | {vote} | 0.00 | 0.00 | - | - |",
+                         f"| a | 1 | 7 | 0.05 [-0.59, 0.69] | {vote} | 0.05 | 0.05 | - | - |",
+                         f"| a | 2 | 8 | 0.10 [-0.54, 0.74] | {vote} | 0.10 | 0.10 | - | - |",
+                         f"| a | 3 | 9 | 0.50 [0.50, 0.50] | {vote} | - | - | - | - |"]
     CT.labels_table(arms)
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 8  # title, header and rounds 0-3
@@ -159,6 +159,37 @@ def test_erosion_the_next_rung_and_the_labels_by_hand(tmp_path, capsys):
     assert lines[4] == f"| a | 0 | 2-5 | answer | 16 | {same}"  # the base replay's labels, rungs 2-5
     assert lines[5] == f"| a | 1 | 6 | answer | 40 | {same}"
     assert lines[7].endswith("| 0 (- / -) | 20 (0.550 / 1.000) | 30 (0.400 / 0.700) |")  # nothing kept: no precision
+
+
+def test_the_next_rungs_first_errors_and_lines_from_the_evaluation_records_by_hand(tmp_path, capsys):
+    """System 1's failed greedy answers at the next rung, pooled over two seeds, each named by the first line that
+    leaves the problem's chain; and the line count most answers write, from round_r/eval/fast/records.jsonl."""
+    # tiny_ladder_far_val/00000 is (97 - 35 + 27 - 37 + 24 - 68) * 6 - 19 = 29, a rung-7 validation problem
+    right = "97 - 35 = 62\n62 + 27 = 89\n89 - 37 = 52\n52 + 24 = 76\n76 - 68 = 8\n8 * 6 = 48\n48 - 19 = 29\n"
+    short = right.split("48 - 19")[0] + "\\boxed{48}"  # six lines, then the box: stops at line 7
+    skips = "35 + 27 = 62\n" + right.split("\n", 1)[1] + "\\boxed{29}"  # line 1 starts from the second number
+    records = [  # per seed: (id, rung, correct, response); seed 0's rung-6 answer is not at the next rung
+        [("tiny_ladder_far_val/00000", 7, True, right + "\\boxed{29}"), ("x/1", 6, False, short)],
+        [("tiny_ladder_far_val/00000", 7, False, short), ("tiny_ladder_far_val/00002", 7, False, skips)]]
+    for i, seed in enumerate(records):
+        d = tmp_path / f"s{i}"
+        (d / "round_1" / "eval" / "fast").mkdir(parents=True)
+        fast = {str(k): 0.5 for k in range(2, 11)}
+        runs.write_jsonl(d / "climb.jsonl", [dict(round=r, rung=5 + r if r else None, vote_rung=6 + r,
+                                                  vote_accuracy=0.5, fast_by_rung=fast) for r in (0, 1)])
+        runs.write_jsonl(d / "round_1" / "eval" / "fast" / "records.jsonl",
+                         [dict(id=x, level=k, correct=c, response=text) for x, k, c, text in seed])
+    assert CT.greedy_first_errors([tmp_path / "s0", tmp_path / "s1"], 0, 7) == ("-", "-")  # round 0 has no records
+    # seed 0: its rung-7 answer is right (the other record is rung 6); seed 1: one stops after six lines, one
+    # starts from the wrong number (00002 is (24 * 4 - 2 - 73 + 12) * 3 - 36 - 62: line 1 "35 + 27" carries nothing)
+    errors, lines = CT.greedy_first_errors([tmp_path / "s0", tmp_path / "s1"], 1, 7)
+    assert errors == "line 7 stopped 0.50; line 1 carry 0.50"
+    assert lines == "7 (0.67)"  # seven lines in the right and the skipping answers, six in the short one
+    dirs = CT.run_dirs([f"a={tmp_path}/s?"])
+    CT.next_rung_table(CT.load([f"a={tmp_path}/s?"]), dirs)
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert row.startswith("| a | 1 | 7 |")
+    assert row.endswith("| - | - | line 7 stopped 0.50; line 1 carry 0.50 | 7 (0.67) |")
 
 
 def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):

@@ -528,6 +528,12 @@ def evaluate(sampler, tokenizer, val_by_rung, cfg, eval_dir, vote_rung):
 # 4. Test: each round's checkpoint, once, on the test splits (the run's own settings)
 
 
+def first_errors(failed, top=5):
+    """{"line i kind": share} of the top first errors (verify.first_error) of failed (response, problem text) pairs."""
+    errors = collections.Counter(V.first_error(response, problem) for response, problem in failed)
+    return {f"line {i + 1} {kind}": c / len(failed) for (i, kind), c in errors.most_common(top)}
+
+
 def reach(sampler, tokenizer, rows, cfg, out_dir):
     """{rung: step-valid pass@--reach-samples at T = 1, pass@1, and the first errors of the failed samples}."""
     records, _ = E.evaluate(sampler, tokenizer, rows, cfg.max_new_tokens, cfg.eval_batch_size, template=TEMPLATE,
@@ -535,12 +541,10 @@ def reach(sampler, tokenizer, rows, cfg, out_dir):
     out = {}
     for rung in sorted({p["level"] for p in rows}):
         mine = [(r, p) for r, p in zip(records, rows) if p["level"] == rung]
-        failed = [(s, p) for r, p in mine for s in E.samples_of(r) if not s["correct"]]
-        errors = collections.Counter(V.first_error(s["response"], p["problem"]) for s, p in failed)
+        failed = [(s["response"], p["problem"]) for r, p in mine for s in E.samples_of(r) if not s["correct"]]
         out[str(rung)] = dict(pass_at_k=sum(r["n_correct"] > 0 for r, _ in mine) / len(mine),
                               pass_at_1=sum(r["n_correct"] for r, _ in mine) / (len(mine) * cfg.reach_samples),
-                              first_errors={f"line {i + 1} {kind}": c / len(failed) for (i, kind), c in
-                                            errors.most_common(5)})
+                              first_errors=first_errors(failed))
     return out
 
 

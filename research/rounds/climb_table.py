@@ -10,11 +10,13 @@ every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 a
 moonshot (rung 10 after round 5, every earlier rung kept, and the vote at the next rung round by round); rungs
 2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
 the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's
-labels, mix, loss shares and FLOPs; and the runs' own validation rows (every round a run reached, tested or not).
+labels, mix, loss shares and FLOPs; the runs' own validation rows (every round a run reached, tested or not); and
+the next rung before its round, with where System 1's failed answers there go wrong (verify.first_error).
 A column for every rung some run evaluates (2-10, up to 20 where a run labels past rung 10); every "mean" column and
 the trend average the rungs all runs evaluate.
 """
 
+import collections
 import glob
 import sys
 from pathlib import Path
@@ -23,8 +25,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
 import cli  # noqa: E402
+import evaluate as E  # noqa: E402
+import problems as P  # noqa: E402
 import runs  # noqa: E402
 import stats  # noqa: E402
+from research.rounds import climb as C  # noqa: E402
 
 
 def cell(values, digits=2):
@@ -32,10 +37,9 @@ def cell(values, digits=2):
     return f"{mean:.{digits}f}" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
 
 
-def load(arms):
-    """{arm: [(climb rows by round, test rows by round) per seed run]}, the runs in glob order. Each path the glob
-    matches must be a climb run with rows (a stray file or an empty directory would drop runs from the tables),
-    and each arm is named once; a run not yet tested (climb.py --test) is named, as the test tables leave it out."""
+def run_dirs(arms):
+    """{arm: its run directories in glob order} of ARM=GLOB arguments. Each path the glob matches must be a climb
+    run with rows (a stray file or an empty directory would drop runs from the tables), and each arm is named once."""
     out = {}
     for arg in arms:
         name, _, pattern = arg.partition("=")
@@ -48,6 +52,15 @@ def load(arms):
             if not (Path(d) / "climb.jsonl").is_file():
                 what = "not a directory" if not Path(d).is_dir() else "no climb.jsonl"
                 raise ValueError(f"{d}: {what}; arm {name}'s glob {pattern!r} must match climb run directories only")
+        out[name] = dirs
+    return out
+
+
+def load(arms):
+    """{arm: [(climb rows by round, test rows by round) per seed run]}, the runs in glob order (run_dirs); a run not
+    yet tested (climb.py --test) is named, as the test tables leave it out."""
+    out = {}
+    for name, dirs in run_dirs(arms).items():
         out[name] = [({r["round"]: r for r in runs.read_log(Path(d) / "climb.jsonl")},
                       {r["round"]: r for r in runs.read_log(Path(d) / "test.jsonl")}) for d in dirs]
         for d, (climb, test) in zip(dirs, out[name]):
@@ -211,14 +224,36 @@ def erosion_table(arms, which, split):
                 print(f"| {arm} | {r} | " + " | ".join(cells) + " |")
 
 
-def next_rung_table(arms):
+def greedy_first_errors(dirs, r, rung, top=3):
+    """(the top first errors (climb.first_errors) of the greedy answers that fail the rung on validation after round
+    r, the line count most answers write before the box and its share), pooled over the seeds' runs, from each
+    round's evaluation records; "-" where a run has none or none at the rung."""
+    paths = [Path(d) / f"round_{r}" / "eval" / "fast" / "records.jsonl" for d in dirs]
+    if not all(p.is_file() for p in paths):
+        return "-", "-"
+    problems = {p["id"]: p["problem"] for p in P.load_problems(C.split_of(rung, 2))}
+    answers = [x for p in paths for x in E.read_records(p)[0] if x["level"] == rung]
+    if not answers:
+        return "-", "-"
+    failed = [(x["response"], problems[x["id"]]) for x in answers if not x["correct"]]
+    errors = "; ".join(f"{n} {s:.2f}" for n, s in C.first_errors(failed, top).items()) if failed else "none failed"
+    lines = collections.Counter(sum(bool(line.strip()) and "\\boxed" not in line for line in x["response"].splitlines())
+                                for x in answers)
+    (n, count), = lines.most_common(1)
+    return errors, f"{n} ({count / len(answers):.2f})"
+
+
+def next_rung_table(arms, dirs=None):
     """Length generalisation: System 1 (greedy) at the rung above the newest, after round r, i.e. at rung r + 1's
     start before its own round labels it; and System 2 (the decomposed vote) there, on validation (each run's own
-    rows) and, where tested, test."""
+    rows) and, where tested, test; with dirs ({arm: run directories}), where System 1's failed answers go wrong."""
     print("\nThe next rung before its round: after round r, greedy (System 1) and the decomposed vote (System 2) at "
-          "the rung round r + 1 labels, mean of the seeds\n")
-    print("| arm | round | next rung | System 1 (validation) | vote (validation) | System 1 (test) | vote (test) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "the rung round r + 1 labels, mean of the seeds; the first errors (verify.first_error) of System 1's failed "
+          "answers on validation, pooled over the seeds (share of the failed), and the number of lines most of its "
+          "answers there write before the box (share of the answers)\n")
+    print("| arm | round | next rung | System 1 (validation) | vote (validation) | System 1 (test) | vote (test) | "
+          "System 1's first errors (validation) | lines written (share) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for arm, seeds in arms.items():
         for r in common_rounds(seeds, 0):
             k = seeds[0][0][r].get("vote_rung")
@@ -227,8 +262,10 @@ def next_rung_table(arms):
             tested = [test[r] for _, test in seeds if r in test]
             on_test = [f"{np.mean([t[f][str(k)] for t in tested]):.2f}" if len(tested) == len(seeds) else "-"
                        for f in ("fast_by_rung", "vote_by_rung")]
+            errors, lines = greedy_first_errors(dirs[arm], r, k) if dirs else ("-", "-")
             print(f"| {arm} | {r} | {k} | {cell([c[r]['fast_by_rung'][str(k)] for c, _ in seeds])} | "
-                  f"{cell([c[r]['vote_accuracy'] for c, _ in seeds])} | {on_test[0]} | {on_test[1]} |")
+                  f"{cell([c[r]['vote_accuracy'] for c, _ in seeds])} | {on_test[0]} | {on_test[1]} | {errors} | "
+                  f"{lines} |")
 
 
 def labels_table(arms):
@@ -347,6 +384,7 @@ def main(argv=None):
             raise ValueError("--baseline: want an arm's name (--baseline ARM)")
         baseline, args = args[i + 1], args[:i] + args[i + 2:]
     arms = load(args)
+    dirs = run_dirs(args)
     if baseline is not None and baseline not in arms:
         raise ValueError(f"--baseline {baseline}: not an arm; the arms are {', '.join(arms)}")
     rungs = rung_columns(arms)
@@ -366,7 +404,7 @@ def main(argv=None):
     labels_table(arms)
     val_table(arms, rungs)
     erosion_table(arms, 0, "validation")
-    next_rung_table(arms)
+    next_rung_table(arms, dirs)
 
 
 if __name__ == "__main__":
