@@ -231,8 +231,8 @@ def greedy_first_errors(dirs, r, rung, top=3):
     paths = [Path(d) / f"round_{r}" / "eval" / "fast" / "records.jsonl" for d in dirs]
     if not all(p.is_file() for p in paths):
         return "-", "-"
-    problems = {p["id"]: p["problem"] for p in P.load_problems(C.split_of(rung, 2))}
-    answers = [x for p in paths for x in E.read_records(p)[0] if x["level"] == rung]
+    problems = {row["id"]: row["problem"] for row in P.load_problems(C.split_of(rung, 2))}
+    answers = [x for path in paths for x in E.read_records(path)[0] if x["level"] == rung]
     if not answers:
         return "-", "-"
     failed = [(x["response"], problems[x["id"]]) for x in answers if not x["correct"]]
