@@ -192,6 +192,46 @@ def test_the_next_rungs_first_errors_and_lines_from_the_evaluation_records_by_ha
     assert row.endswith("| - | - | line 7 stopped 0.50; line 1 carry 0.50 | 7 (0.67) |")
 
 
+def test_erosion_paired_by_problem_and_seed_from_the_evaluation_records_by_hand(tmp_path, capsys):
+    """After the last round (2), each rung below it against its own round (rungs 2-6 against round 1), from two
+    seeds' records: the difference over the (seed, problem) pairs, its interval, and the problems lost and gained."""
+    scores = {  # per seed, per round: {rung: 0/1 per problem}; rung 7 is round 2's own rung (no row)
+        0: {1: {2: [1, 1, 1, 0], 3: [1, 1, 0, 0], 6: [0, 0, 0, 0], 7: [0, 0]},
+            2: {2: [1, 0, 1, 1], 3: [1, 1, 0, 0], 6: [1, 1, 1, 1], 7: [1, 1]}},
+        1: {1: {2: [1, 1, 1, 1], 3: [0, 1, 0, 1], 6: [0, 0, 0, 0], 7: [0, 0]},
+            2: {2: [0, 0, 1, 1], 3: [0, 1, 0, 1], 6: [1, 1, 1, 1], 7: [1, 1]}}}
+    for i, by_round in scores.items():
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        runs.write_jsonl(d / "climb.jsonl", [dict(round=r, rung=5 + r if r else None, vote_rung=6 + r,
+                                                  fast_by_rung={k: 0.5 for k in ("2", "3", "6", "7")})
+                                             for r in (0, 1, 2)])
+        for r, by_rung in by_round.items():
+            (d / f"round_{r}" / "eval" / "fast").mkdir(parents=True)
+            runs.write_jsonl(d / f"round_{r}" / "eval" / "fast" / "records.jsonl",  # written in a shuffled order
+                             [dict(id=f"p{k}-{j}", level=k, correct=bool(c))
+                              for k, xs in reversed(by_rung.items()) for j, c in reversed(list(enumerate(xs)))])
+    arms, dirs = CT.load([f"a={tmp_path}/s?"]), CT.run_dirs([f"a={tmp_path}/s?"])
+    capsys.readouterr()
+    CT.paired_erosion_table(arms, dirs, 0, "validation")
+    rows = {int(line.split("|")[3]): line for line in capsys.readouterr().out.strip().splitlines()[4:]}
+    assert sorted(rows) == [2, 3, 6]  # rung 7's own round is the last
+    # rung 2: seed 0 loses one and gains one, seed 1 loses two: 8 pairs, -2 / 8; rung 3 unchanged; rung 6 all gained
+    assert rows[3] == "| a | 2 | 3 | 1 | 0.000 [0.000, 0.000] | 8 | 0 / 0 |"
+    assert rows[6] == "| a | 2 | 6 | 1 | 1.000 [1.000, 1.000] | 8 | 0 / 8 |"
+    diff, lo, hi = map(float, re.search(r"\| (\S+) \[(\S+), (\S+)\] \| 8 \| 3 / 1 \|", rows[2]).groups())
+    sd = math.sqrt(4 / 8 - 0.25 ** 2)  # the pairs' differences: three -1, one +1, four 0
+    assert diff == -0.25 and abs(lo - (-0.25 - 1.96 * sd / math.sqrt(8))) < 0.15 \
+        and abs(hi - (-0.25 + 1.96 * sd / math.sqrt(8))) < 0.15  # the bootstrap's percentiles, near the normal's
+    (tmp_path / "s1" / "round_2" / "eval" / "fast" / "records.jsonl").unlink()  # a round without records: no interval
+    CT.paired_erosion_table(arms, dirs, 0, "validation")
+    assert "| a | 2 | 2 | 1 | - | - | - |" in capsys.readouterr().out
+    runs.write_jsonl(tmp_path / "s1" / "round_2" / "eval" / "fast" / "records.jsonl",
+                     [dict(id="other", level=2, correct=True)])
+    with pytest.raises(ValueError, match="rounds 1 and 2 evaluated different problems at rung 2"):
+        CT.paired_erosion_table(arms, dirs, 0, "validation")
+
+
 def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):
     """climb_table.py --baseline: round r's rung and the mean over rungs 2-10, each seed's arm minus the same seed's
     baseline; the FLOPs of both."""

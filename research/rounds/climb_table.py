@@ -5,13 +5,14 @@ the 95% Student t interval over them:
     python research/rounds/climb_table.py climb=runs/climb/main-s1? u45=runs/climb/u45-s1? generator=runs/climb/gen-s1?
 
 Each argument is ARM=GLOB (one run directory per seed); --baseline ARM adds each other arm's paired difference
-from it. Printed: greedy step-valid accuracy per rung on test after
-every round; the decomposed vote per rung; the pre-registered endpoint (rung 7 after round 2) and goal rows; the
-moonshot (rung 10 after round 5, every earlier rung kept, and the vote at the next rung round by round); rungs
-2-6 against round 0, paired by seed; the trend test (per seed, the slope of mean accuracy over rungs 2-10 against
-the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's
-labels, mix, loss shares and FLOPs; the runs' own validation rows (every round a run reached, tested or not); and
-the next rung before its round, with where System 1's failed answers there go wrong (verify.first_error).
+from it. Printed: greedy step-valid accuracy per rung on test after every round; the decomposed vote per rung; the
+pre-registered endpoint (rung 7 after round 2) and goal rows; the moonshot (rung 10 after round 5, every earlier
+rung kept, and the vote at the next rung round by round); rungs 2-6 against round 0, paired by seed; erosion (each
+rung against its own round, paired by seed; after the last round also paired by problem and seed, with a bootstrap
+interval); the trend test (per seed, the slope of mean accuracy over rungs 2-10 against the round); reach
+(step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's labels, mix, loss
+shares and FLOPs; the runs' own validation rows (every round a run reached, tested or not); and the next rung
+before its round, with where System 1's failed answers there go wrong (verify.first_error).
 A column for every rung some run evaluates (2-10, up to 20 where a run labels past rung 10); every "mean" column and
 the trend average the rungs all runs evaluate.
 """
@@ -200,6 +201,15 @@ def common_rounds(seeds, which):
     return sorted(set.intersection(*(set(seed[which]) for seed in seeds)))
 
 
+def own_rounds(seeds, which, rs):
+    """{rung: its own round} over the rounds rs: the round that labelled it; the rungs below round 1's (2-5, the base
+    replay's, first distilled beside it) round 1."""
+    own = {seeds[0][which][r]["rung"]: r for r in rs if r}
+    if 1 in rs:
+        own.update({int(k): 1 for k in seeds[0][which][1]["fast_by_rung"] if int(k) < seeds[0][which][1]["rung"]})
+    return own
+
+
 def erosion_table(arms, which, split):
     """Each rung a round labelled, in every later round, minus its value after its own round (the round that
     labelled it), paired by seed: what learning the later rungs cost it (issue #67; against round 0 a rung
@@ -208,11 +218,7 @@ def erosion_table(arms, which, split):
     print(f"\nErosion on {split}: each rung's greedy accuracy after a later round minus its value after its own round "
           f"(the round that labelled it; rungs 2-5, first distilled in round 1, against round 1), paired by seed\n")
     tables = {arm: (seeds, common_rounds(seeds, which)) for arm, seeds in arms.items()}
-    own = {arm: {seeds[0][which][r]["rung"]: r for r in rs if r} for arm, (seeds, rs) in tables.items()}
-    for arm, (seeds, rs) in tables.items():
-        if 1 in rs:
-            own[arm].update({int(k): 1 for k in seeds[0][which][1]["fast_by_rung"]
-                             if int(k) < seeds[0][which][1]["rung"]})
+    own = {arm: own_rounds(seeds, which, rs) for arm, (seeds, rs) in tables.items()}
     rungs = sorted({k for v in own.values() for k in v})
     print("| arm | round | " + " | ".join(f"rung {k}" for k in rungs) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in rungs) + " |")
@@ -222,6 +228,49 @@ def erosion_table(arms, which, split):
                            for seed in seeds], 3) if own[arm].get(k, r) < r else "-" for k in rungs]
             if any(c != "-" for c in cells):
                 print(f"| {arm} | {r} | " + " | ".join(cells) + " |")
+
+
+def greedy_scores(d, sub, r):
+    """{(rung, problem id): greedy step-valid 0/1} of run d's round r from its evaluation records (sub: "eval",
+    validation; "test"); None where the round has none."""
+    path = Path(d) / f"round_{r}" / sub / "fast" / "records.jsonl"
+    return {(x["level"], x["id"]): x["correct"] for x in E.read_records(path)[0]} if path.is_file() else None
+
+
+def paired_erosion_table(arms, dirs, which, split):
+    """After each arm's last round, each rung minus its own round's value (own_rounds) with its 95% interval over
+    the (seed, problem) pairs (stats.bootstrap_paired on the rounds' evaluation records): the noise goal 2's 0.02
+    rule (issue #67) reads through. The difference is the erosion table's mean when the seeds have as many
+    problems; lost / gained count the problems solved in one of the two rounds only."""
+    sub = "test" if which else "eval"
+    print(f"\nErosion on {split} after the last round, paired by problem and seed: each rung minus its own round, "
+          f"95% bootstrap interval over the (seed, problem) pairs; problems lost / gained\n")
+    print("| arm | last round | rung | own round | difference [95% paired] | pairs | lost / gained |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for arm, seeds in arms.items():
+        rs = common_rounds(seeds, which)
+        if not rs:
+            continue
+        last, own = rs[-1], own_rounds(seeds, which, rs)
+        scores = {r: [greedy_scores(d, sub, r) for d in dirs[arm]] for r in {last, *own.values()}}
+        for k, q in sorted(own.items()):
+            if q >= last:
+                continue
+            if any(x is None for x in scores[q] + scores[last]):
+                print(f"| {arm} | {last} | {k} | {q} | - | - | - |")
+                continue
+            before, after = [], []
+            for a, b in zip(scores[q], scores[last]):
+                ids = sorted(key for key in a if key[0] == k)
+                if ids != sorted(key for key in b if key[0] == k):
+                    raise ValueError(f"arm {arm}: rounds {q} and {last} evaluated different problems at rung {k}")
+                before += [a[i] for i in ids]
+                after += [b[i] for i in ids]
+            diff, (lo, hi) = stats.bootstrap_paired(before, after)
+            lost = sum(x and not y for x, y in zip(before, after))
+            gained = sum(y and not x for x, y in zip(before, after))
+            print(f"| {arm} | {last} | {k} | {q} | {diff:.3f} [{lo:.3f}, {hi:.3f}] | {len(before)} | "
+                  f"{lost} / {gained} |")
 
 
 def greedy_first_errors(dirs, r, rung, top=3):
@@ -398,12 +447,14 @@ def main(argv=None):
                                          "of each rung, mean of the seeds", rungs)
     kept_table(arms)
     erosion_table(arms, 1, "test")
+    paired_erosion_table(arms, dirs, 1, "test")
     trend_table(arms, rungs)
     reach_table(arms)
     rounds_table(arms)
     labels_table(arms)
     val_table(arms, rungs)
     erosion_table(arms, 0, "validation")
+    paired_erosion_table(arms, dirs, 0, "validation")
     next_rung_table(arms, dirs)
 
 
