@@ -152,6 +152,8 @@ def test_the_scaffold_learner_rewards_each_sample_by_the_label_source_with_dr_gr
     rows = C.scaffold_rollouts(groups, {"p": p}, tokenizer)
     eos = tokenizer.stop_token_ids(chat=False)[0]
     assert [r.advantage for r in rows] == [0.5, -0.5, 0.5, -0.5]
+    assert [r.advantage for r in C.scaffold_rollouts(groups, {"p": p}, tokenizer, negatives=False)] == \
+        [0.5, 0.0, 0.5, 0.0]  # --no-scaffold-negatives: the rejected samples are not pushed down
     assert rows[0].prompt == tokenizer.encode(P.format_prompt(p["problem"], "base"))  # System 1's prompt
     assert rows[0].tokens == tokenizer.encode(ref) + [eos] and rows[3].tokens[-1] != eos  # the cut one: no stop
     policy = checkpoint.load_model("tiny-ladder", dtype=torch.float32, device="cpu")
@@ -204,6 +206,8 @@ def test_the_label_source_is_for_system_2s_samples_only():
         with pytest.raises(ValueError, match="--learner scaffold rewards System 2's samples"):
             C.check_config(C.ClimbConfig(learner="scaffold", **bad))
     C.check_config(C.ClimbConfig(learner="scaffold", base_replay=False))  # no base replay: nothing to label
+    with pytest.raises(ValueError, match="--no-scaffold-negatives changes --learner scaffold's advantages"):
+        C.check_config(C.ClimbConfig(scaffold_negatives=False))
 
 
 def test_base_labels_own_replays_pi_0s_own_labels_of_the_rungs_below_and_a_resume_reads_them_again(tmp_path):

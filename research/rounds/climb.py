@@ -146,6 +146,10 @@ class ClimbConfig:
                                     "System 2's decomposed samples: the same labelling, every sample rewarded by "
                                     "--label-source, the distillation's --updates, --batch-size and --lr)",
                           choices=("distil", "drgrpo", "scaffold"))
+    scaffold_negatives: bool = rl_arg(True, "--learner scaffold: the rejected samples are pushed down (Dr. GRPO's "
+                                            "r - mean); --no-scaffold-negatives sets their advantage to 0, only the "
+                                            "accepted ones reinforced (Zhu et al. 2025's positive-sample "
+                                            "reinforcement, with Dr. GRPO's weights)")
     rl_steps: int = rl_arg(700, "Dr. GRPO steps a round", range="[1, inf)")
     rl_lr: float = rl_arg(1e-4, "Dr. GRPO peak lr (warmup --warmup steps, then cosine decay)", range="[0, inf)")
     rl_problems_per_step: int = rl_arg(16, "Dr. GRPO problems per step", range="[1, inf)")
@@ -190,6 +194,9 @@ def check_config(cfg):
     if cfg.learner == "scaffold" and (cfg.labels == "generator" or cfg.base_replay and cfg.base_labels == "ladder"):
         raise ValueError("--learner scaffold rewards System 2's samples; --labels generator and --base-labels ladder "
                          "give single worked chains (use --base-labels own or --no-base-replay)")
+    if not cfg.scaffold_negatives and cfg.learner != "scaffold":
+        raise ValueError(f"--no-scaffold-negatives changes --learner scaffold's advantages; --learner {cfg.learner} "
+                         f"has none (leave it on)")
     if cfg.base_labels == "own" and not cfg.base_replay:
         raise ValueError("--base-labels own labels the base replay; --no-base-replay has none (leave it at ladder)")
     if cfg.base_labels == "own" and (cfg.labels == "generator" or cfg.learner == "drgrpo"):
@@ -407,12 +414,16 @@ def scaffold_groups(records, cfg):
     return groups
 
 
-def scaffold_rollouts(groups, by_id, tokenizer):
+def scaffold_rollouts(groups, by_id, tokenizer, negatives=True):
     """train_rl.Rollouts of the groups' samples: the problem's own prompt (System 1's), the joined decomposed
-    response (then the stop token, where the last call stopped), the advantage by Dr. GRPO's row of OBJECTIVES."""
+    response (then the stop token, where the last call stopped), the advantage by Dr. GRPO's row of OBJECTIVES
+    (negatives False: the rejected samples' set to 0, --no-scaffold-negatives)."""
     eos = tokenizer.stop_token_ids(chat=TEMPLATE != "base")[0]
     rewards = torch.tensor([g["rewards"] for g in groups])
-    advantages = OBJECTIVES["drgrpo"].advantages(rewards, rewards > 0, None).tolist()
+    advantages = OBJECTIVES["drgrpo"].advantages(rewards, rewards > 0, None)
+    if not negatives:  # positive-sample reinforcement (Zhu et al. 2025): nothing pushed down
+        advantages = advantages.clamp(min=0.0)
+    advantages = advantages.tolist()
     rows = []
     for g, adv in zip(groups, advantages):
         p = by_id[g["id"]]
@@ -437,7 +448,7 @@ def scaffold_learn(policy, groups, cfg, r, device, tokenizer, by_id):
                 train_set=[], device=device, selection={})
     losses, trained = [], []
     for update, batch in enumerate(batches(len(groups), max(1, cfg.batch_size // cfg.samples), cfg, r)):
-        rows = scaffold_rollouts([groups[i] for i in batch], by_id, tokenizer)
+        rows = scaffold_rollouts([groups[i] for i in batch], by_id, tokenizer, cfg.scaffold_negatives)
         T.set_lr(optimizer, T.lr_at(update, rcfg))
         losses.append(U.policy_update(run, rows, len(rows), sum(len(x.tokens) for x in rows))["loss"])
         trained += rows
