@@ -232,6 +232,39 @@ def test_erosion_paired_by_problem_and_seed_from_the_evaluation_records_by_hand(
         CT.paired_erosion_table(arms, dirs, 0, "validation")
 
 
+def test_goals_3_and_2_by_their_pre_registered_rules_by_hand(tmp_path, capsys):
+    """Three seeds, rounds 0-3 on test (200 problems a rung): System 1 at the next rung against 0.30 with the test
+    set's error, and after round 3 each rung against its own round against -0.02."""
+    next_rung = {1: [0.4, 0.4, 0.4], 2: [0.2, 0.3, 0.4], 3: [0.35, 0.35, 0.35]}  # rungs 7, 8, 9 after rounds 1-3
+    for i in range(3):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        rows = []
+        for r in range(4):
+            fast = {str(k): 0.5 for k in range(2, 10)}
+            fast.update({"7": 0.8} if r == 2 else {"7": [0.78, 0.77, 0.78][i], "3": 0.48} if r == 3 else {})
+            if r:
+                fast[str(6 + r)] = next_rung[r][i]
+            rows.append(dict(round=r, rung=5 + r if r else None, fast_by_rung=fast, fast_n=len(fast) * 200))
+        runs.write_jsonl(d / "climb.jsonl", rows)
+        runs.write_jsonl(d / "test.jsonl", rows)
+    CT.goals_table(CT.load([f"a={tmp_path}/s?"]))
+    lines = capsys.readouterr().out.strip().splitlines()
+    goal3 = [line for line in lines if line.startswith("| a |")][:3]
+
+    def with_items(values):  # mean, t(0.975, 2 df) x sqrt(s^2 / 3 + p (1 - p) / 200)
+        m = sum(values) / 3
+        s2 = sum((x - m) ** 2 for x in values) / 2
+        half = 4.303 * math.sqrt(s2 / 3 + m * (1 - m) / 200)
+        return f"{m:.3f} [{m - half:.3f}, {m + half:.3f}]"
+    assert goal3[0].endswith(f"| 1 | 7 | 0.400 [0.400, 0.400] | {with_items([0.4] * 3)} | yes |")  # lower 0.251
+    assert goal3[1].endswith(f"| 2 | 8 | 0.300 [0.052, 0.548] | {with_items([0.2, 0.3, 0.4])} | no |")  # lower 0.015
+    assert goal3[2].endswith(f"| 3 | 9 | 0.350 [0.350, 0.350] | {with_items([0.35] * 3)} | yes |")
+    # after round 3: rung 7 (round 2's own, 0.8) at 0.78 / 0.77 / 0.78 falls 0.023 on the mean; rung 3 exactly 0.02
+    # (0.5 -> 0.48, round 1's), not below; rung 8 is round 3's own rung, so rungs 2-7 are read
+    assert lines[-1] == "| a | 3 | 2-7 | -0.023 (7) | 7: -0.023 | no |"
+
+
 def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):
     """climb_table.py --baseline: round r's rung and the mean over rungs 2-10, each seed's arm minus the same seed's
     baseline; the FLOPs of both."""

@@ -4,15 +4,16 @@ the 95% Student t interval over them:
 
     python research/rounds/climb_table.py climb=runs/climb/main-s1? u45=runs/climb/u45-s1? generator=runs/climb/gen-s1?
 
-Each argument is ARM=GLOB (one run directory per seed); --baseline ARM adds each other arm's paired difference
-from it. Printed: greedy step-valid accuracy per rung on test after every round; the decomposed vote per rung; the
-pre-registered endpoint (rung 7 after round 2) and goal rows; the moonshot (rung 10 after round 5, every earlier
-rung kept, and the vote at the next rung round by round); rungs 2-6 against round 0, paired by seed; erosion (each
-rung against its own round, paired by seed; after the last round also paired by problem and seed, with a bootstrap
-interval); the trend test (per seed, the slope of mean accuracy over rungs 2-10 against the round); reach
-(step-valid pass@k at T = 1) and first errors at the round's rung and one above; each round's labels, mix, loss
-shares and FLOPs; the runs' own validation rows (every round a run reached, tested or not); and the next rung
-before its round, with where System 1's failed answers there go wrong (verify.first_error).
+Each argument is ARM=GLOB (one run directory per seed); --baseline ARM adds each other arm's paired difference from
+it. Printed: greedy step-valid accuracy per rung on test after every round; the decomposed vote per rung; the
+pre-registered endpoint (rung 7 after round 2) and goal rows; goals 3 and 2 by their pre-registered rules; the
+moonshot (rung 10 after round 5, every earlier rung kept, and the vote at the next rung round by round); rungs 2-6
+against round 0, paired by seed; erosion (each rung against its own round, paired by seed; after the last round also
+paired by problem and seed, with a bootstrap interval); the trend test (per seed, the slope of mean accuracy over
+rungs 2-10 against the round); reach (step-valid pass@k at T = 1) and first errors at the round's rung and one
+above; each round's labels, mix, loss shares and FLOPs; the runs' own validation rows (every round a run reached,
+tested or not); and the next rung before its round, with where System 1's failed answers there go wrong
+(verify.first_error).
 A column for every rung some run evaluates (2-10, up to 20 where a run labels past rung 10); every "mean" column and
 the trend average the rungs all runs evaluate.
 """
@@ -131,6 +132,42 @@ def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
         met = "yes" if ci and mean >= 0.30 and ci[0] > 0.05 else "no"
         print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {both} | {met} | {cell(goal, 3)} | "
               f"{' / '.join(f'{x:.3f}' for x in end)} |")
+
+
+def goals_table(arms):
+    """Issue #67's goals 3 and 2 on test by their pre-registered rules (research/rounds/README.md, the NoPE start's
+    finals): System 1 at rung r + 1 after round r >= 1, met at a round when the mean is >= 0.30 and the lower end of
+    the interval with the test set's error > 0.05; and after the last round every rung's mean minus its own round's
+    (own_rounds) >= -0.02."""
+    print("\nGoal 3: System 1 (greedy) on test at the next rung after round r, mean of the seeds (met: mean >= 0.30, "
+          "lower end > 0.05 of the interval with the test set's error)\n")
+    print("| arm | round | next rung | System 1 [95% t over seeds] | with the test set's error | met |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for arm, seeds in arms.items():
+        for r in rounds_of(seeds)[1:]:
+            k = str(seeds[0][1][r]["rung"] + 1)
+            if any(k not in test[r]["fast_by_rung"] for _, test in seeds):
+                continue
+            values = [test[r]["fast_by_rung"][k] for _, test in seeds]
+            mean, ci = stats.t_interval_with_items(values, per_rung_items(seeds[0][1][r]))
+            both = f"{mean:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{mean:.3f}"
+            print(f"| {arm} | {r} | {k} | {cell(values, 3)} | {both} | "
+                  f"{'yes' if ci and mean >= 0.30 and ci[0] > 0.05 else 'no'} |")
+    print("\nGoal 2 on test after each arm's last tested round: each rung minus its own round (rungs 2-5 against round "
+          "1), mean of the seeds; met when none is below -0.02\n")
+    print("| arm | after round | rungs | lowest (rung) | rungs below -0.02 | met |")
+    print("| --- | ---: | --- | ---: | --- | --- |")
+    for arm, seeds in arms.items():
+        rs = rounds_of(seeds)
+        if len(rs) < 3:  # round 2 is the first that can lower a rung learnt before it
+            continue
+        last, own = rs[-1], own_rounds(seeds, 1, rs)
+        diffs = {k: round(float(np.mean([test[last]["fast_by_rung"][str(k)] - test[q]["fast_by_rung"][str(k)]
+                                          for _, test in seeds])), 6) for k, q in own.items() if q < last}
+        low = min(diffs, key=diffs.get)
+        below = ", ".join(f"{k}: {d:.3f}" for k, d in sorted(diffs.items()) if d < -0.02) or "none"
+        print(f"| {arm} | {last} | {min(diffs)}-{max(diffs)} | {diffs[low]:.3f} ({low}) | {below} | "
+              f"{'yes' if below == 'none' else 'no'} |")
 
 
 def paired_table(arms, baseline, rungs):
@@ -438,6 +475,7 @@ def main(argv=None):
         raise ValueError(f"--baseline {baseline}: not an arm; the arms are {', '.join(arms)}")
     rungs = rung_columns(arms)
     endpoint_table(arms)
+    goals_table(arms)
     if baseline is not None:
         paired_table(arms, baseline, rungs)
     moonshot_table(arms)
