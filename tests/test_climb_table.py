@@ -263,6 +263,15 @@ def test_goals_3_and_2_by_their_pre_registered_rules_by_hand(tmp_path, capsys):
     # after round 3: rung 7 (round 2's own, 0.8) at 0.78 / 0.77 / 0.78 falls 0.023 on the mean; rung 3 exactly 0.02
     # (0.5 -> 0.48, round 1's), not below; rung 8 is round 3's own rung, so rungs 2-7 are read
     assert lines[-1] == "| a | 3 | 2-7 | -0.023 (7) | 7: -0.023 | no |"
+    assert "a: goal 3 met at rounds 1, 3 of 1-4; the goal is not met" in lines  # round 2 missed, round 4 not run
+    for i in range(3):  # round 2 raised to 0.40 and a round 4 at 0.40: every round 1-4 met
+        rows = runs.read_log(tmp_path / f"s{i}" / "test.jsonl")
+        rows[2]["fast_by_rung"]["8"] = 0.4
+        rows.append(dict(rows[3], round=4, rung=9, fast_by_rung=dict(rows[3]["fast_by_rung"], **{"10": 0.4})))
+        runs.write_jsonl(tmp_path / f"s{i}" / "climb.jsonl", rows)
+        runs.write_jsonl(tmp_path / f"s{i}" / "test.jsonl", rows)
+    CT.goals_table(CT.load([f"a={tmp_path}/s?"]))
+    assert "a: goal 3 met at rounds 1, 2, 3, 4 of 1-4; the goal is met" in capsys.readouterr().out.splitlines()
 
 
 def test_each_arm_minus_the_baseline_paired_by_seed_by_hand(tmp_path, capsys):
