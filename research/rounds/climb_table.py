@@ -113,6 +113,14 @@ def per_rung_items(test_row):
     return test_row["fast_n"] // len(test_row["fast_by_rung"])
 
 
+def with_test_error(values, test_row):
+    """The seeds' mean with the interval that adds the test set's sampling error (the seeds share one test set:
+    stats.t_interval_with_items), and issue #67's rule on it: met when the mean is >= 0.30 and its lower end > 0.05."""
+    mean, ci = stats.t_interval_with_items(values, per_rung_items(test_row))
+    both = f"{mean:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{mean:.3f}"
+    return both, bool(ci) and mean >= 0.30 and ci[0] > 0.05
+
+
 def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
     """Issue #57's endpoint; issue #67's rule reads the interval that adds the test set's sampling error (the seeds
     share one test set: stats.t_interval_with_items)."""
@@ -127,10 +135,8 @@ def endpoint_table(arms, rung=7, at_round=2, goal_rung=6, goal_round=1):
             continue
         end = [test[at_round]["fast_by_rung"][str(rung)] for _, test in seeds]
         goal = [test[goal_round]["fast_by_rung"][str(goal_rung)] for _, test in seeds]
-        mean, ci = stats.t_interval_with_items(end, per_rung_items(seeds[0][1][at_round]))
-        both = f"{mean:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{mean:.3f}"
-        met = "yes" if ci and mean >= 0.30 and ci[0] > 0.05 else "no"
-        print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {both} | {met} | {cell(goal, 3)} | "
+        both, met = with_test_error(end, seeds[0][1][at_round])
+        print(f"| {arm} | {len(seeds)} | {cell(end, 3)} | {both} | {'yes' if met else 'no'} | {cell(goal, 3)} | "
               f"{' / '.join(f'{x:.3f}' for x in end)} |")
 
 
@@ -150,11 +156,10 @@ def goals_table(arms):
             if any(k not in test[r]["fast_by_rung"] for _, test in seeds):
                 continue
             values = [test[r]["fast_by_rung"][k] for _, test in seeds]
-            mean, ci = stats.t_interval_with_items(values, per_rung_items(seeds[0][1][r]))
-            both = f"{mean:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{mean:.3f}"
-            if ci and mean >= 0.30 and ci[0] > 0.05:
+            both, met_here = with_test_error(values, seeds[0][1][r])
+            if met_here:
                 met[arm].append(r)
-            print(f"| {arm} | {r} | {k} | {cell(values, 3)} | {both} | {'yes' if r in met[arm] else 'no'} |")
+            print(f"| {arm} | {r} | {k} | {cell(values, 3)} | {both} | {'yes' if met_here else 'no'} |")
     for arm, rs in met.items():  # the goal needs every round 1-4 (a round not tested is not met)
         rs = [r for r in rs if r <= 4]
         print(f"\n{arm}: goal 3 met at rounds {', '.join(map(str, rs)) or 'none'} of 1-4; the goal "
