@@ -1,6 +1,7 @@
 """
 Qwen3, written from scratch in plain PyTorch: the network, its KV cache, token log-probs, and its parameter
-and FLOP counts. Loading and saving Hugging Face checkpoints is checkpoint.py; looped depth is looped.py.
+and FLOP counts. Loading and saving Hugging Face checkpoints is checkpoint.py; looped depth is looped.py;
+position coupling (the tiny world's) is coupled.py.
 
 Architecture (Qwen3 technical report, 2025; the dense models):
     tokens -> embedding -> N x [RMSNorm -> grouped-query attention (per-head q/k RMSNorm, RoPE)
@@ -64,6 +65,7 @@ class Qwen3Config:
 
     extra_parameters = 0  # trainable parameters beyond the plain model's (looped depth's gates, embeddings, adapters)
     extra_matmul_weights = 0  # matmul weights a token passes beyond the layers' (looped depth's per-loop adapters)
+    position_coupling = None  # the token ids coupled positions read (coupled.py); None: each token's own position
 
     @classmethod
     def from_dict(cls, d, source="config.json"):
@@ -204,7 +206,7 @@ class KVCache:
 
     def rows(self, start, end):
         """The cache of rows [start, end), sharing this one's memory: a large batch can be prefilled in pieces."""
-        view = KVCache.__new__(KVCache)
+        view = type(self).__new__(type(self))
         view.k, view.v, view.pad = self.k[:, start:end], self.v[:, start:end], self.pad[start:end]
         view.length = self.length
         return view
@@ -346,11 +348,12 @@ class Qwen3(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.gradient_checkpointing = False  # recompute each block in backward to save activation memory
 
-    def hidden_states(self, input_ids, cache=None):
+    def hidden_states(self, input_ids, cache=None, positions=None):
         """Final-normed hidden states (B, T, hidden). With a cache, input_ids are the next T tokens."""
         B, T = input_ids.shape
         x = self.model.embed_tokens(input_ids)
-        positions = torch.arange(T, device=input_ids.device)[None].expand(B, T) if cache is None else cache.positions(T)
+        if positions is None:  # each token's own (a model option may pass others: coupled.py)
+            positions = torch.arange(T, device=x.device)[None].expand(B, T) if cache is None else cache.positions(T)
         mask = None if cache is None else cache.attention_mask(T)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)

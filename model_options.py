@@ -2,13 +2,15 @@
 The model options evaluate.py puts on a checkpoint once it is loaded: today looped depth (`--loop START:END:N`,
 looped.py). evaluate.py takes them through this one seam, so the core names no option; no flag given is the
 checkpoint as it is. Importing this module imports looped.py, which adds the looped checkpoint's row to
-checkpoint.MODEL_TYPES: evaluate.py, and every script that imports it, loads a looped checkpoint too.
+checkpoint.MODEL_TYPES: evaluate.py, and every script that imports it, loads a looped checkpoint too; coupled.py's
+row (position coupling, tiny.py --couple) comes the same way.
 """
 
 from dataclasses import dataclass
 
 import checkpoint
 import cli
+import coupled  # noqa: F401  (its row in checkpoint.MODEL_TYPES: evaluate.py loads a coupled checkpoint)
 import looped
 
 arg = cli.arg_group("model options")

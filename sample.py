@@ -15,6 +15,7 @@ Engines, the completions the same in each: chunks (steps 1-3, generate_chunks), 
   longest row; 0 picks the most rows the token budget holds;
 - `static=True`: continuous batching with one fixed shape per decode step (batching.generate_static, `slots` rows),
   on CUDA captured in a CUDA graph. It is what `compile=True` means on CUDA (static=None: static exactly then).
+A model with position coupling (coupled.py) always runs on chunks, whose cache keeps the tokens its positions read.
 `compile=True` elsewhere runs the decode steps through torch.compile with dynamic shapes (one graph for every cache
 length and batch size); on a CPU that is slower and its first call compiles for minutes (research/sampler/README.md,
 "Continuous batching, the static step, `--compile`").
@@ -316,6 +317,7 @@ def generate(model, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0
     request = Request(prompts, n, max_new_tokens, (temperature, top_p, top_k), prompt_seeds(seed, len(prompts)),
                       stop_token_ids, pad_id, counter)
     on_cuda = model.lm_head.weight.device.type == "cuda"
+    slots, static = (None, False) if model.config.position_coupling else (slots, static)  # coupled.py: chunks
     if static or (static is None and compile and on_cuda):
         results = batching.generate_static(model, request, token_budget, slots, graph=on_cuda)
     else:

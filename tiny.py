@@ -78,6 +78,7 @@ import torch
 import torch.nn.functional as F
 
 import checkpoint
+import coupled
 import model as qwen
 import runs
 from cli import arg_group, check_fields, parse_config, run_main
@@ -250,19 +251,27 @@ def build_tokenizer(texts, path):
 ROPE_THETA = 10000.0  # the committed build's RoPE base (tiny.py --rope-theta)
 
 
-def tiny_config(tokenizer, rope_theta=ROPE_THETA):
-    return qwen.Qwen3Config(
-        vocab_size=64 * math.ceil(tokenizer.vocab_size / 64), hidden_size=128, intermediate_size=384,
-        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=CONTEXT, rope_theta=rope_theta, tie_word_embeddings=True,
-        bos_token_id=tokenizer.eos_id, eos_token_id=tokenizer.eos_id, torch_dtype="float32")
+def coupling_ids(tokenizer):
+    """coupled.coupled_positions' token ids in this tokenizer: the colon, the newline and the ten digits."""
+    one = lambda ch: tokenizer.encode(ch)[0]  # one token per character
+    return {"colon": one(":"), "newline": one("\n"), "digits": [one(str(d)) for d in range(10)]}
 
 
-def new_model(tokenizer, seed, rope_theta=ROPE_THETA):
-    """A freshly initialized tiny Qwen3: N(0, 0.02) for every matrix, as transformers initializes Qwen3
-    (initializer_range); norms stay 1. The same seed gives the same weights."""
+def tiny_config(tokenizer, rope_theta=ROPE_THETA, couple=False):
+    shape = dict(vocab_size=64 * math.ceil(tokenizer.vocab_size / 64), hidden_size=128, intermediate_size=384,
+                 num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                 max_position_embeddings=CONTEXT, rope_theta=rope_theta, tie_word_embeddings=True,
+                 bos_token_id=tokenizer.eos_id, eos_token_id=tokenizer.eos_id, torch_dtype="float32")
+    if couple:
+        return coupled.CoupledQwen3Config(**shape, position_coupling=coupling_ids(tokenizer))
+    return qwen.Qwen3Config(**shape)
+
+
+def new_model(tokenizer, seed, rope_theta=ROPE_THETA, couple=False):
+    """A freshly initialized tiny Qwen3 (with --couple, coupled.CoupledQwen3): N(0, 0.02) for every matrix, as
+    transformers initializes Qwen3 (initializer_range); norms stay 1. The same seed gives the same weights."""
     torch.manual_seed(seed)
-    model = qwen.Qwen3(tiny_config(tokenizer, rope_theta))
+    model = (coupled.CoupledQwen3 if couple else qwen.Qwen3)(tiny_config(tokenizer, rope_theta, couple))
     for p in model.parameters():
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=0.02)
@@ -301,6 +310,8 @@ class TinyConfig:
                                 range="[1, inf)")
     rope_theta: float = model_arg(ROPE_THETA, "RoPE base; 1e300 leaves only the first rotary pair turning: no "
                                               "positional encoding (NoPE)", range="(0, inf)")
+    couple: bool = model_arg(False, "position coupling (coupled.py, Cho et al. 2024): each solution line at the "
+                                    "positions of the number it uses; a new model only (--init keeps its own)")
     init: str = model_arg("", "continue this checkpoint (its weights and tokenizer, e.g. tiny) instead of building a "
                               "new model: a mid-training, as tiny_ladder_model/ was made")
     data_only: bool = data_arg(False, "write the data files and stop")
@@ -318,9 +329,16 @@ class SharedPrefix:
 
     def __init__(self):
         self.k, self.v, self.length = {}, {}, 0
+        self.pad, self.head_ids = torch.zeros(1, dtype=torch.long), None  # no padding; the head's tokens
 
     def positions(self, T):  # (1, T), broadcast over the batch
         return torch.arange(self.length, self.length + T)[None]
+
+    def token_ids(self, input_ids):  # as KVCache.token_ids: each row's tokens so far (head + row), for coupling
+        if self.length == 0:
+            self.head_ids = input_ids
+            return input_ids
+        return torch.cat([self.head_ids.expand(input_ids.shape[0], -1), input_ids], 1)
 
     def attention_mask(self, T):  # (1, 1, T, S): causal over head + rows
         q = torch.arange(self.length, self.length + T)[:, None]
@@ -470,6 +488,8 @@ def check_config(cfg):
     check_fields(cfg)
     if cfg.init and cfg.rope_theta != ROPE_THETA:
         raise ValueError(f"--rope-theta sets a new model's RoPE base; --init {cfg.init} keeps its own")
+    if cfg.init and cfg.couple:
+        raise ValueError(f"--couple builds a new model with position coupling; --init {cfg.init} keeps its own")
     if cfg.long_4 + cfg.long_5 + cfg.long_6 > 1:
         raise ValueError(f"--long-4 + --long-5 + --long-6 must be at most 1, got {cfg.long_4 + cfg.long_5 + cfg.long_6}")
 
@@ -557,7 +577,7 @@ def main(argv=None):
         else:
             texts = [format_prompt("")] + [r["problem"] + r["solution"] for rows in splits.values() for r in rows]
             tokenizer = build_tokenizer(texts, Path(tmp) / "tokenizer.json")
-            model = new_model(tokenizer, cfg.seed, cfg.rope_theta)
+            model = new_model(tokenizer, cfg.seed, cfg.rope_theta, cfg.couple)
         print(f"vocab {tokenizer.vocab_size} (padded to {model.config.vocab_size}), "
               f"{qwen.count_parameters(model.config):,} parameters")
         long_rows = None

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = ("model", "model_kernels", "checkpoint", "sample", "batching", "symbolic", "verify", "reward", "problems",
         "objectives", "update", "train_rl", "evaluate")  # + tiny.py
 OPTIONS = ("curriculum", "looped", "model_options", "lora", "distributed", "runs", "stats", "diversity", "cli", "memory",
-           "guards")
+           "guards", "coupled")
 TINY = "tiny"
 
 

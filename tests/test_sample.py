@@ -9,6 +9,7 @@ import torch
 import model as M
 import sample as S
 import checkpoint
+import coupled
 import looped
 
 VOCAB = 97
@@ -63,6 +64,25 @@ def test_greedy_ragged_batch_equals_uncached_and_transformers(tiny):
         hf = ref.generate(torch.tensor([p]), max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
         assert o.tokens == hf[0, len(p):].tolist()
         assert o.finish_reason == "length"
+
+
+def test_a_coupled_model_samples_as_its_full_forward_reads_and_every_engine_agrees(tiny):
+    """With position coupling (coupled.py) each drawn token's log-prob is the full forward's, which
+    computes the coupled positions from the whole text; continuous batching falls back to the chunks engine."""
+    ids = {"colon": 3, "newline": 4, "digits": list(range(12, 22))}
+    model = coupled.CoupledQwen3(coupled.CoupledQwen3Config(**vars(tiny[0].config), position_coupling=ids)).eval()
+    model.load_state_dict(tiny[0].state_dict())
+    g = torch.Generator().manual_seed(3)
+    prompts = [[5, 3, 4, 12, 13, 7, 14, 8, 15, 16, 4, 4, 6, 3], [5, 3, 4, 19, 9, 20, 4, 4, 6, 3, 11]]
+    prompts = [torch.randint(22, VOCAB, (k,), generator=g).tolist() + p for k, p in ((3, prompts[0]), (9, prompts[1]))]
+    out = S.generate(model, prompts, 40, temperature=2.0, n=3, seed=7)
+    assert sum(o.tokens.count(4) for o in out) >= 3  # the completions have lines: coupled positions are exercised
+    for o in out:
+        expect = full_forward_logprobs(model, prompts[o.prompt_index], o.tokens, temperature=2.0)
+        assert torch.allclose(torch.tensor(o.logprobs), expect, atol=1e-4)
+    for engine in (dict(slots=2), dict(static=True)):
+        again = S.generate(model, prompts, 40, temperature=2.0, n=3, seed=7, **engine)
+        assert [o.tokens for o in again] == [o.tokens for o in out]
 
 
 def test_logprobs_are_the_sampled_distributions(tiny):

@@ -13,6 +13,7 @@ import model as qwen
 import tiny
 from problems import DATA_DIR, format_prompt, load_problems
 import checkpoint
+import coupled
 import verify
 
 SEED = tiny.TinyConfig().seed  # the seed the committed files were built from
@@ -132,10 +133,25 @@ def tokenizer_for(rows, tmp_path):
                                 tmp_path / "tokenizer.json")
 
 
-def test_shared_head_forward_equals_the_full_forward(tmp_path):
+def test_solution_line_k_uses_the_problems_number_k_plus_1_as_coupling_assumes():
+    """model.coupled_positions puts line k at the chain's (k + 1)-th number: every worked solution of the ladder's
+    generator uses them in that order (line 1 also starts from number 1)."""
+    rows = tiny.make_ladder(0, {"train": 20}, levels=(2, 3, 4, 5, 6, 10, 20))["ladder_train"]
+    for row in rows:
+        numbers = re.findall(r"\d+", row["problem"])
+        lines = row["solution"].strip().split("\n")[:-1]  # the last line is the box
+        assert len(lines) == len(numbers) - 1 == row["level"]
+        assert lines[0].split()[0] == numbers[0]
+        for k, line in enumerate(lines, 1):
+            assert line.split()[2] == numbers[k], (row["problem"], line)
+
+
+@pytest.mark.parametrize("couple", [False, True])
+def test_shared_head_forward_equals_the_full_forward(tmp_path, couple):
     rows = tiny.make_splits(0, {"test": 1, "val": 1, "train": 8})["train"]
     tok = tokenizer_for(rows, tmp_path)
-    model = tiny.new_model(tok, seed=0)
+    model = tiny.new_model(tok, seed=0, couple=couple)
+    assert (model.config.position_coupling is not None) == couple
     head, inputs, targets, mask = tiny.make_batch(tok, rows, [i % 2 == 0 for i in range(8)])
     full = torch.cat([head.expand(len(rows), -1), inputs], 1)
     assert tok.decode(full[0].tolist()).startswith(format_prompt(rows[0]["problem"]))
@@ -217,6 +233,18 @@ def test_committed_checkpoint_is_sometimes_right_as_recorded(committed):
     assert 0.10 < metrics["accuracy"] < 0.60 and metrics["direct_share"] > 0.3
 
 
+def test_couple_writes_a_coupled_checkpoint_whose_ids_are_the_colon_newline_and_digits(tmp_path, monkeypatch):
+    monkeypatch.setattr(tiny, "evaluate", lambda model, tok, rows: dict(
+        accuracy=0.0, accuracy_level2=0.0, accuracy_level3=0.0, direct_share=0.0, n=len(rows)))
+    tiny.main(["--couple", "--steps", "2", "--batch-size", "4", "--warmup", "1", "--out", str(tmp_path / "out"),
+               "--data-dir", str(tmp_path / "data")])
+    model, tok = checkpoint.load_model(tmp_path / "out", device="cpu"), checkpoint.load_tokenizer(tmp_path / "out")
+    c = model.config.position_coupling
+    assert type(model) is coupled.CoupledQwen3  # config.json says model_type coupled_qwen3
+    assert [tok.decode([c["colon"]]), tok.decode([c["newline"]])] == [":", "\n"]
+    assert [tok.decode([d]) for d in c["digits"]] == list("0123456789")
+
+
 # -----------------------------------------------------------------------------
 # --init: a mid-training that continues a checkpoint, and the ladder's checkpoint built by one
 
@@ -245,6 +273,8 @@ def test_init_continues_a_checkpoint_as_pretrain_would(tmp_path, monkeypatch):
     assert record["config"]["init"] == "tiny" and record["ladder_val"] == {"n": 500}  # seeded rungs: measured
     with pytest.raises(ValueError, match="--rope-theta"):
         tiny.check_config(tiny.TinyConfig(init="tiny", rope_theta=1e300))
+    with pytest.raises(ValueError, match="--couple builds a new model"):
+        tiny.check_config(tiny.TinyConfig(init="tiny", couple=True))
 
 
 def test_evaluate_ladder_is_greedy_step_valid_accuracy_per_rung(monkeypatch):
