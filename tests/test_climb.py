@@ -295,6 +295,24 @@ def test_one_round_writes_its_row_and_checkpoint_and_resume_changes_nothing(tmp_
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in row.items() if k != "seconds"}
 
 
+def test_a_round_from_a_coupled_start_distils_a_coupled_model_and_resumes_exactly(tmp_path):
+    """A position-coupled start (tiny.py --couple) climbs as any start: the generator's chains distil into a model
+    that is still coupled, and a round redone after a kill gives the same weights."""
+    tok = checkpoint.load_tokenizer("tiny")
+    checkpoint.save_model(tiny.new_model(tok, seed=0, couple=True), tmp_path / "start", tok)
+    out, argv = tmp_path / "climb", SMOKE + ["--start", str(tmp_path / "start"), "--labels", "generator"]
+    row = C.main(argv + ["--out", str(out)])[1]
+    assert row["updates"] == 2 and row["traces_new"] > 0
+    config = json.loads((out / "round_1" / "config.json").read_text())
+    assert config["model_type"] == "coupled_qwen3" and config["position_coupling"] == tiny.coupling_ids(tok)
+    weights, log = (out / "round_1" / "model.safetensors").read_bytes(), out / "climb.jsonl"
+    assert weights != (tmp_path / "start" / "model.safetensors").read_bytes()
+    log.write_bytes(log.read_bytes().splitlines(keepends=True)[0])
+    (out / "round_1" / "model.safetensors").unlink()
+    C.main(argv + ["--out", str(out), "--resume"])
+    assert (out / "round_1" / "model.safetensors").read_bytes() == weights
+
+
 def test_generator_labels_are_the_worked_chains_and_test_evaluates_each_round_once(tmp_path, capsys):
     ladder = [p for p in P.load_problems("tiny_ladder_train") if p["level"] == 3][:3]
     tok = checkpoint.load_tokenizer("tiny-ladder")
