@@ -29,9 +29,11 @@ class CoupledQwen3Config(Qwen3Config):
     def check(self, source):
         super().check(source)
         pc = self.position_coupling
-        ids = [pc.get("colon"), pc.get("newline"), *pc.get("digits", [])] if isinstance(pc, dict) else []
-        if not (isinstance(pc, dict) and set(pc) == {"colon", "newline", "digits"} and len(pc["digits"]) == 10
-                and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size for i in ids)):
+        shaped = isinstance(pc, dict) and set(pc) == {"colon", "newline", "digits"} and \
+            isinstance(pc["digits"], list) and len(pc["digits"]) == 10
+        ids = [pc["colon"], pc["newline"], *pc["digits"]] if shaped else []
+        if not (shaped and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size
+                               for i in ids)):
             raise ValueError(f"{source}: position_coupling={pc!r} must be {{\"colon\": id, \"newline\": id, "
                              f"\"digits\": [10 ids]}}, token ids below vocab_size {self.vocab_size}")
 

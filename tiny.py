@@ -334,7 +334,7 @@ class SharedPrefix:
     def positions(self, T):  # (1, T), broadcast over the batch
         return torch.arange(self.length, self.length + T)[None]
 
-    def token_ids(self, input_ids):  # as KVCache.token_ids: each row's tokens so far (head + row), for coupling
+    def token_ids(self, input_ids):  # as coupled.CoupledCache.token_ids: each row's tokens so far (head + row)
         if self.length == 0:
             self.head_ids = input_ids
             return input_ids

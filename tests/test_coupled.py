@@ -101,7 +101,8 @@ def test_a_coupled_checkpoint_round_trips_and_is_no_plain_qwen3(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"colon": 3}, {"colon": 3, "newline": 4, "digits": [1, 2]},
-                                 {"colon": 3, "newline": 99, "digits": list(range(12, 22))}, None])
+                                 {"colon": 3, "newline": 99, "digits": list(range(12, 22))},
+                                 {"colon": 3, "newline": 4, "digits": 5}, None])
 def test_bad_coupling_ids_fail_naming_the_file_and_key(tmp_path, bad):
     m = coupled_model()
     checkpoint.save_model(m, tmp_path / "coupled")

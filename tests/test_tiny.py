@@ -134,7 +134,7 @@ def tokenizer_for(rows, tmp_path):
 
 
 def test_solution_line_k_uses_the_problems_number_k_plus_1_as_coupling_assumes():
-    """model.coupled_positions puts line k at the chain's (k + 1)-th number: every worked solution of the ladder's
+    """coupled.coupled_positions puts line k at the chain's (k + 1)-th number: every worked solution of the ladder's
     generator uses them in that order (line 1 also starts from number 1)."""
     rows = tiny.make_ladder(0, {"train": 20}, levels=(2, 3, 4, 5, 6, 10, 20))["ladder_train"]
     for row in rows:
