@@ -75,6 +75,48 @@ def test_decomposition_pieces_by_hand():
         assert R.expression(*verify.operations(p["problem"])) == p["problem"]
 
 
+def test_merge_zero_poses_no_sub_problem_from_0(tmp_path, monkeypatch):
+    """A scripted policy that solves every sub-problem but misreads a start of 0 as 1 (what the climb's models do:
+    the tiny world starts no problem at 0). Plainly the piece after a 0 fails; with --merge-zero it is posed joined to
+    the piece before, every call's tokens still counted; a 0 with nothing left, or no 0, changes nothing."""
+    tok, policy = checkpoint.load_tokenizer("tiny"), checkpoint.load_model("tiny", dtype=torch.float32, device="cpu")
+    head, tail = P.format_prompt("@", "base").split("@")
+    posed = []
+
+    def scripted(model, prompts, max_new_tokens, seed=None, **kw):
+        out = []
+        for i, ids in enumerate(prompts):
+            problem = tok.decode(ids)[len(head):-len(tail)]
+            posed.append(problem)
+            start, steps = verify.operations(problem)
+            lines, value = verify.chain(R.expression(start or 1, steps))
+            text = "\n" + "\n".join(lines) + f"\n\\boxed{{{value}}}"
+            out.append(R.sample.Completion(i, tok.encode(text), [], "stop"))
+        return out
+
+    monkeypatch.setattr(R.sample, "generate", scripted)
+    rows = [dict(id="zero", problem="(5 + 3 - 8 + 4) * 2", answer="8", level=4),
+            dict(id="end", problem="5 + 3 - 8", answer="0", level=2),
+            dict(id="none", problem="(5 + 3 + 8 + 4) * 2", answer="40", level=4)]
+    got = {}
+    for merge in (False, True):
+        posed.clear()
+        cfg = R.RoundsConfig(template="base", grader="steps", deliberation="decompose", chunk_ops=2, merge_zero=merge)
+        records, _ = R.decompose(policy, tok, rows, cfg, tmp_path / str(merge), 0, 1, "x")
+        got[merge] = {r["id"]: E.samples_of(r)[0] for r in records}
+        assert got[merge]["end"]["correct"] and got[merge]["none"]["correct"]
+        assert posed[:3] == ["5 + 3 - 8", "5 + 3 - 8", "5 + 3 + 8"]  # the first pieces
+        assert posed[3:] == (["(0 + 4) * 2", "(16 + 4) * 2"] if not merge else ["(5 + 3 - 8 + 4) * 2", "(16 + 4) * 2"])
+    assert not got[False]["zero"]["correct"] and got[False]["zero"]["extracted"] == "10"
+    assert got[True]["zero"]["correct"] and got[True]["zero"]["response"] == "\n" + "\n".join(
+        verify.chain(rows[0]["problem"])[0]) + "\n\\boxed{8}"  # the discarded call's lines are gone
+    assert [len(got[m]["zero"]["calls"]) for m in (False, True)] == [2, 2]
+    assert got[True]["zero"]["calls"][1][0] > got[False]["zero"]["calls"][1][0]  # the joined call's longer prompt
+    assert got[True]["zero"]["completion_tokens"] == sum(c[1] for c in got[True]["zero"]["calls"])  # both counted
+    for k in ("end", "none"):
+        assert got[True][k] == got[False][k]
+
+
 def test_frontier_keeps_the_solved_rungs_and_the_next_by_hand():
     pool = [dict(id=str(i), level=level) for i, level in enumerate([2, 3, 4, 5, 6] * 2)]
     ids = lambda problems: [p["id"] for p in problems]

@@ -117,6 +117,8 @@ class ClimbConfig:
                                            "so each seed draws its own problems)", choices=("file", "seeded"))
     chunk_ops: int = label_arg(2, "operations per piece of the decomposition (pieces of 3 solved 1 of 40 rung-6 "
                                   "problems from tiny-ladder, pieces of 2 275 of 400)", range="[1, inf)")
+    merge_zero: bool = label_arg(False, "a piece whose call boxes 0 is posed again joined to the next one (rounds.py "
+                                        "--merge-zero: the tiny world starts no problem at 0)")
     temperature: float = label_arg(0.5, "sampling temperature of the decomposed samples", range="(0, inf)")
     max_traces: int = label_arg(1, "verified traces kept per problem (distinct texts)", range="[1, inf)")
     min_traces: int = distil_arg(32, "a round with fewer new verified traces distils nothing (pi_r = pi_{r-1}): a "
@@ -230,7 +232,8 @@ def rungs_for(cfg):
 def rounds_view(cfg):
     """rounds.py's settings of its decomposed deliberation and trace selection, from the climb's."""
     return R.RoundsConfig(template=TEMPLATE, grader="steps", eval_group_by="level", deliberation="decompose",
-                          chunk_ops=cfg.chunk_ops, samples=cfg.samples, temperature=cfg.temperature,
+                          chunk_ops=cfg.chunk_ops, merge_zero=cfg.merge_zero, samples=cfg.samples,
+                          temperature=cfg.temperature,
                           max_new_tokens=cfg.max_new_tokens, selection="distinct", max_traces=cfg.max_traces,
                           seed=cfg.seed)
 

@@ -113,6 +113,9 @@ class RoundsConfig:
                                                  "operations", choices=DELIBERATIONS)
     chunk_ops: int = deliberate_arg(3, "decompose: operations per sub-problem (the rungs the fast policy already "
                                        "solves)", range="[1, inf)")
+    merge_zero: bool = deliberate_arg(False, "decompose: a piece whose call boxes 0 is posed again joined to the "
+                                             "next one (the tiny world starts no problem at 0, and a sub-problem "
+                                             "from 0 is rarely solved); the discarded call's FLOPs still count")
     adaptive_samples: int = deliberate_arg(0, "adaptive k: this many more samples for problems with no verified trace "
                                               "yet (0: off)", range="[0, inf)")
     rationalize: bool = deliberate_arg(False, "STaR's rationalization: problems still without a verified trace after "
@@ -282,22 +285,23 @@ Returns evaluate.py's records (one per problem, k samples) and summary; the reco
     t0, budget = time.time(), cfg.slow_max_new_tokens or cfg.max_new_tokens
     stop = tokenizer.stop_token_ids(chat=cfg.template != "base")
     parsed = [verify.operations(p["problem"]) for p in problems]
-    # state per (problem, sample): the value so far, the steps left, the lines written, tokens and calls made
-    states = [dict(value=str(v), left=steps, head="", lines=[], tokens=0, calls=[], finish="stop", box=None)
-              for v, steps in parsed for _ in range(k)]
-    sizes = [chunk_sizes(len(steps), cfg.chunk_ops) for _, steps in parsed]
-    for j in range(max(len(x) for x in sizes)):
-        live = [i for i, s in enumerate(states) if s["left"] and s["value"] is not None and j < len(sizes[i // k])]
+    # state per (problem, sample): the value so far, the steps left, the pieces' sizes, the lines written, tokens and
+    # calls made, and where the last call started (its value, its steps and the lines before it)
+    states = [dict(value=str(v), left=steps, sizes=chunk_sizes(len(steps), cfg.chunk_ops), head="", lines=[],
+                   tokens=0, calls=[], finish="stop", box=None, last=None) for v, steps in parsed for _ in range(k)]
+    j = 0
+    while live := [i for i, s in enumerate(states) if s["left"] and s["value"] is not None]:
         prompts, seeds = [], []
         for i in live:
-            s, n = states[i], sizes[i // k][j]
+            s, n = states[i], states[i]["sizes"][0]
+            s["last"] = (s["value"], s["left"][:n], len(s["lines"]))
             prompts.append(tokenizer.encode(P.format_prompt(expression(s["value"], s["left"][:n]), cfg.template)))
             seeds.append(((seed * 1_000_003 + i) * 16 + j) % 2**32)  # per (problem, sample, call)
         outs = sample.generate(policy, prompts, budget, temperature=cfg.temperature, top_p=cfg.top_p, n=1,
                                  stop_token_ids=stop, seed=seeds, pad_id=tokenizer.pad_id)
         for i, prompt, c in zip(live, prompts, outs):
             s, text = states[i], tokenizer.decode(c.tokens)
-            s["left"] = s["left"][sizes[i // k][j]:]
+            s["left"], s["sizes"] = s["left"][s["sizes"][0]:], s["sizes"][1:]
             s["calls"].append([len(prompt), len(c.tokens)])
             s["tokens"] += len(c.tokens)
             lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -307,6 +311,11 @@ Returns evaluate.py's records (one per problem, k samples) and summary; the reco
             s["lines"] += [line for line in lines if "\\boxed" not in line]
             s["finish"] = c.finish_reason if c.finish_reason == "length" else s["finish"]
             s["value"] = s["box"] if s["box"] is not None and s["box"].isdigit() else None
+            if cfg.merge_zero and s["box"] == "0" and s["left"]:  # never pose a sub-problem from 0: join the pieces
+                value, steps, written = s["last"]
+                s["value"], s["left"], s["lines"] = value, steps + s["left"], s["lines"][:written]
+                s["sizes"] = [len(steps) + s["sizes"][0]] + s["sizes"][1:]
+        j += 1
     groups = [[dict(response=s["head"] + "\n".join(s["lines"] + ([f"\\boxed{{{s['box']}}}"] if s["box"] is not None else [])),
                     completion_tokens=s["tokens"], finish_reason=s["finish"], calls=s["calls"])
                for s in states[i * k:(i + 1) * k]] for i in range(len(problems))]
@@ -315,7 +324,8 @@ Returns evaluate.py's records (one per problem, k samples) and summary; the reco
     for rec, group in zip(records, groups):  # grade_records keeps the fields it knows; the calls too
         for graded, g in zip(E.samples_of(rec), group):
             graded["calls"] = g["calls"]
-    settings = dict(model=policy.name_or_path, dataset=dataset, mode="decompose", chunk_ops=cfg.chunk_ops, samples=k,
+    settings = dict(model=policy.name_or_path, dataset=dataset, mode="decompose", chunk_ops=cfg.chunk_ops,
+                    merge_zero=cfg.merge_zero, samples=k,
                     temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=budget, grader=cfg.grader,
                     group_by=cfg.eval_group_by or None)
     summary = E.summarize(records, settings, wall_time=time.time() - t0)
