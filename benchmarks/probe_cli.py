@@ -70,7 +70,8 @@ RR = TINY + ["--dataset", "tiny_ladder_train", "--rounds", "1", "--num-problems"
              "2", "--epochs", "1", "--test-dataset", ""]
 TIMING = re.compile(r"(_seconds|per_second|_time)$|^(seconds|time|eta)$")
 # scripts whose --help must list --threads (issue #55: every CPU-heavy script has the same --threads)
-CPU_HEAVY = {"train_rl.py", "evaluate.py", "tiny.py", "research/bands/bands.py", "research/rounds/rounds.py"}
+CPU_HEAVY = {"train_rl.py", "evaluate.py", "tiny.py", "research/bands/bands.py", "research/rounds/rounds.py",
+             "research/rounds/revote.py"}
 # places a script could write by mistake when it resolves a relative --out against the repository, not the cwd
 REPO_WATCH = ("runs", "run", "notes", "data_out", "tinydata", "rep")
 
@@ -466,6 +467,12 @@ def research_probes():
             check=says("| 1 |"), note="after Ctrl-C left an evaluation half made"),
           P(RT, ["rounds_run", "--baseline", "run"], "ok", needs=("rounds_run", "base_run"),
             prep=copy_run("base_run", damage=unlogged_step), note="a baseline interrupted in step 2's validation")]
+    RV = "research/rounds/revote.py"
+    c += [P(RV, ["a_file"], "error", mentions=("a_file/config.json",), note="revote.py: not a climb run"),
+          P(RV, ["climb_run", "--round", "9"], "error", mentions=("--round 9",), needs=("climb_run",),
+            note="revote.py: a round the run has not made"),
+          P(RV, ["climb_run", "--round", "0", "--rungs", "30"], "error", mentions=("--rungs 30",),
+            needs=("climb_run",), note="revote.py: a rung the run does not have")]
     return c
 
 
@@ -485,6 +492,7 @@ def probes():
         P("research/rounds/climb_table.py", ["--help"], "help"),
         P("research/rounds/rounds.py", TINY + ["--help"], "help", check=val_default_tiny),
         P("research/rounds/rounds_table.py", ["--help"], "help"),
+        P("research/rounds/revote.py", ["--help"], "help"),
         P("research/report.py", ["--help"], "help"),
         P("research/exploration/exploration.py", ["--help"], "help"),
         P("research/ladder/ladder.py", ["--help"], "help"),

@@ -22,6 +22,7 @@ import model as M  # noqa: E402
 import problems as P  # noqa: E402
 import runs  # noqa: E402
 import stats  # noqa: E402
+import torch  # noqa: E402
 import verify  # noqa: E402
 from research.rounds import climb as C  # noqa: E402
 from research.rounds import rounds as R  # noqa: E402
@@ -38,6 +39,21 @@ def zero_boundary(problem, chunk_ops):
     return False
 
 
+def climb_config(run, round_, rungs):
+    """The run's ClimbConfig, once its config.json is a climb's, round_'s checkpoint exists and it holds the rungs."""
+    saved = runs.read_json_object(run / "config.json")
+    if saved.get("program") != C.PROGRAM:
+        raise ValueError(f"{run / 'config.json'}: not a climb run's (research/rounds/climb.py)")
+    if not (run / f"round_{round_}" / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{run / f'round_{round_}'}: no checkpoint (--round {round_} of this run not done)")
+    ccfg = C.ClimbConfig(**{k: v for k, v in saved.items() if k in C.ClimbConfig.__dataclass_fields__})
+    missing = sorted(set(rungs) - set(C.rungs_for(ccfg)))
+    if missing:
+        raise ValueError(f"--rungs {' '.join(map(str, missing))}: not rungs of {run} (its rungs: "
+                         f"{C.rungs_for(ccfg)[0]}-{C.rungs_for(ccfg)[-1]})")
+    return ccfg
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="revote.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="climb run directories (with their round_N checkpoints)")
@@ -45,13 +61,14 @@ def main(argv=None):
     parser.add_argument("--rungs", type=int, nargs="+", default=[8, 10], help="validation rungs voted on")
     parser.add_argument("--save", default="runs/revote", help="where the votes' records go")
     parser.add_argument("--device", default="", help="cpu, cuda, mps (default: the best available)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads)")
     cfg = parser.parse_args(argv)
+    torch.set_num_threads(cfg.threads)
+    configs = [climb_config(Path(run), cfg.round, cfg.rungs) for run in cfg.runs]  # every run checked before any vote
     print("| run | round | rungs | problems | plain | --merge-zero | difference [95% paired] | zero-boundary problems "
           "| plain | --merge-zero |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for run in map(Path, cfg.runs):
-        saved = runs.read_json_object(run / "config.json")
-        ccfg = C.ClimbConfig(**{k: v for k, v in saved.items() if k in C.ClimbConfig.__dataclass_fields__})
+    for run, ccfg in zip(map(Path, cfg.runs), configs):
         rows = [p for s in C.splits_for(ccfg) for p in P.load_problems(s[2]) if p["level"] in cfg.rungs]
         policy_dir = run / f"round_{cfg.round}"
         tokenizer, (_, sampler) = checkpoint.load_tokenizer(policy_dir), R.load_policy(policy_dir, cfg.device or M.default_device())
