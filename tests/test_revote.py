@@ -4,6 +4,8 @@ import dataclasses
 import json
 import shutil
 
+import pytest
+
 import checkpoint
 import evaluate as E
 from research.rounds import climb as C
@@ -27,9 +29,13 @@ def test_revote_prints_both_votes_and_writes_outside_the_run(tmp_path, capsys):
     revote.main([str(run), "--round", "1", "--rungs", "4", "--save", str(tmp_path / "save"), "--device", "cpu"])
     row = capsys.readouterr().out.strip().splitlines()[-1].split(" | ")
     assert sorted(p.name for p in run.rglob("*")) == before  # nothing written into the run
-    saved = tmp_path / "save" / "run" / "round_1"
+    saved = tmp_path / "save" / "run" / "round_1" / "rungs_4"
     votes = {m: E.read_records(saved / m / "records.jsonl")[0] for m in ("plain", "merge")}
     assert [len(v) for v in votes.values()] == [100, 100] and all(len(E.samples_of(r)) == 2 for r in votes["plain"])
     plain, merged = (sum(r["correct"] for r in votes[m]) / 100 for m in ("plain", "merge"))
     assert row[3:6] == ["100", f"{plain:.3f}", f"{merged:.3f}"]
     assert row[7] == "1"  # rung 4's validation rows: one passes through 0 where its two pieces meet
+    other = tmp_path / "elsewhere" / "run"  # another run of the same name: refused, its votes never taken for these
+    shutil.copytree(run, other)
+    with pytest.raises(ValueError, match="holds the votes of"):
+        revote.main([str(other), "--round", "1", "--rungs", "4", "--save", str(tmp_path / "save"), "--device", "cpu"])

@@ -54,6 +54,19 @@ def climb_config(run, round_, rungs):
     return ccfg
 
 
+def votes_dir(save, run, round_, rungs):
+    """Where a run's votes go: --save/<run's name>/round_N/rungs_a-b/, which names the run's own path (a vote's records
+    are reused when they exist, so another run of the same name is refused, never read as this one's)."""
+    out = save / run.name / f"round_{round_}" / f"rungs_{'-'.join(map(str, rungs))}"
+    source, mine = save / run.name / "run.txt", str(run.resolve())
+    if source.is_file() and source.read_text().strip() != mine:
+        raise ValueError(f"--save {save}: {run.name}/ holds the votes of {source.read_text().strip()}, not of {mine}; "
+                         f"give another --save")
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(mine + "\n")
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="revote.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="climb run directories (with their round_N checkpoints)")
@@ -70,21 +83,22 @@ def main(argv=None):
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for run, ccfg in zip(map(Path, cfg.runs), configs):
         rows = [p for s in C.splits_for(ccfg) for p in P.load_problems(s[2]) if p["level"] in cfg.rungs]
-        policy_dir = run / f"round_{cfg.round}"
-        tokenizer, (_, sampler) = checkpoint.load_tokenizer(policy_dir), R.load_policy(policy_dir, cfg.device or M.default_device())
+        policy_dir, save = run / f"round_{cfg.round}", votes_dir(Path(cfg.save), run, cfg.round, cfg.rungs)
+        tokenizer = checkpoint.load_tokenizer(policy_dir)
+        _, sampler = R.load_policy(policy_dir, cfg.device or M.default_device())
         correct = {}
         for merge in (False, True):
             view = dataclasses.replace(C.rounds_view(ccfg), merge_zero=merge)
-            out = Path(cfg.save) / run.name / f"round_{cfg.round}" / ("merge" if merge else "plain")
+            out = save / ("merge" if merge else "plain")
             records, _ = R.decompose(sampler, tokenizer, rows, view, out, ccfg.seed, ccfg.samples, "validation")
             correct[merge] = [float(r["correct"]) for r in records]
         zero = [zero_boundary(p["problem"], ccfg.chunk_ops) for p in rows]
         mean = lambda xs: sum(xs) / max(len(xs), 1)  # noqa: E731
         diff, (lo, hi) = stats.bootstrap_paired(correct[False], correct[True])
         z = {m: [c for c, is_zero in zip(correct[m], zero) if is_zero] for m in (False, True)}
-        print(f"| {run.name} | {cfg.round} | {', '.join(map(str, cfg.rungs))} | {len(rows)} | {mean(correct[False]):.3f} "
-              f"| {mean(correct[True]):.3f} | {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] | {sum(zero)} | {mean(z[False]):.2f} "
-              f"| {mean(z[True]):.2f} |", flush=True)
+        print(f"| {run.name} | {cfg.round} | {', '.join(map(str, cfg.rungs))} | {len(rows)} "
+              f"| {mean(correct[False]):.3f} | {mean(correct[True]):.3f} | {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+              f"| {sum(zero)} | {mean(z[False]):.2f} | {mean(z[True]):.2f} |", flush=True)
 
 
 if __name__ == "__main__":
