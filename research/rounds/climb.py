@@ -233,9 +233,8 @@ def rounds_view(cfg):
     """rounds.py's settings of its decomposed deliberation and trace selection, from the climb's."""
     return R.RoundsConfig(template=TEMPLATE, grader="steps", eval_group_by="level", deliberation="decompose",
                           chunk_ops=cfg.chunk_ops, merge_zero=cfg.merge_zero, samples=cfg.samples,
-                          temperature=cfg.temperature,
-                          max_new_tokens=cfg.max_new_tokens, selection="distinct", max_traces=cfg.max_traces,
-                          seed=cfg.seed)
+                          temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, selection="distinct",
+                          max_traces=cfg.max_traces, seed=cfg.seed)
 
 
 # -----------------------------------------------------------------------------
@@ -584,17 +583,22 @@ def test_round(r, cfg, out, test_by_rung, tokenizer, device):
                 reach_limit=cfg.reach_limit, eval_flops=fast["inference_flops"] + vote["inference_flops"])
 
 
-def run_test(cfg):
-    """--test: the run's own config (the --test flags from this command), every complete round not yet tested."""
-    out = Path(cfg.out)
+def run_config(out, context, flag):
+    """The ClimbConfig of the climb run in `out` (config.json's `program` marks one; its settings ClimbConfig has), or
+    one error line: `context` says who asks, `flag` names the directory's flag."""
     saved = runs.read_json_object(out / "config.json")
     if saved.get("program") != PROGRAM:
         what = "not found" if not (out / "config.json").is_file() else "not a climb run's (research/rounds/climb.py)"
-        raise ValueError(f"--test: {out / 'config.json'}: {what}; --out must be a climb run's directory")
+        raise ValueError(f"{context}{out / 'config.json'}: {what}; {flag} must be a climb run's directory")
+    return ClimbConfig(**{k: v for k, v in saved.items() if k in ClimbConfig.__dataclass_fields__})
+
+
+def run_test(cfg):
+    """--test: the run's own config (the --test flags from this command), every complete round not yet tested."""
+    out = Path(cfg.out)
+    saved = run_config(out, "--test: ", "--out")
     runs.claim(out, "climb", resume=True)  # one writer of test.jsonl and the rounds' test/ records at a time
-    fields = ClimbConfig.__dataclass_fields__
-    run_cfg = dataclasses.replace(ClimbConfig(**{k: v for k, v in saved.items() if k in fields}),
-                                  **{k: getattr(cfg, k) for k in (*TEST_FLAGS[1:], "device", "threads")})
+    run_cfg = dataclasses.replace(saved, **{k: getattr(cfg, k) for k in (*TEST_FLAGS[1:], "device", "threads")})
     done = {row["round"] for row in runs.read_log(out / "test.jsonl", repair=True)}
     tokenizer, device = checkpoint.load_tokenizer(out / "round_0"), cfg.device or M.default_device()
     test_rows = [p for s in splits_for(run_cfg) for p in P.load_problems(s[3])]

@@ -20,7 +20,6 @@ import checkpoint  # noqa: E402
 import cli  # noqa: E402
 import model as M  # noqa: E402
 import problems as P  # noqa: E402
-import runs  # noqa: E402
 import stats  # noqa: E402
 import torch  # noqa: E402
 import verify  # noqa: E402
@@ -41,12 +40,9 @@ def zero_boundary(problem, chunk_ops):
 
 def climb_config(run, round_, rungs):
     """The run's ClimbConfig, once its config.json is a climb's, round_'s checkpoint exists and it holds the rungs."""
-    saved = runs.read_json_object(run / "config.json")
-    if saved.get("program") != C.PROGRAM:
-        raise ValueError(f"{run / 'config.json'}: not a climb run's (research/rounds/climb.py)")
+    ccfg = C.run_config(run, "", "each run")
     if not (run / f"round_{round_}" / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run / f'round_{round_}'}: no checkpoint (--round {round_} of this run not done)")
-    ccfg = C.ClimbConfig(**{k: v for k, v in saved.items() if k in C.ClimbConfig.__dataclass_fields__})
     missing = sorted(set(rungs) - set(C.rungs_for(ccfg)))
     if missing:
         raise ValueError(f"--rungs {' '.join(map(str, missing))}: not rungs of {run} (its rungs: "
