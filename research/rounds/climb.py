@@ -621,10 +621,15 @@ def run_test(cfg):
 # The climb
 
 
+def validation_rows(cfg):
+    """Every validation problem of the run's rungs (its validation splits, whole)."""
+    return [p for s in splits_for(cfg) for p in P.load_problems(s[2])]
+
+
 def load_data(cfg):
     """({split: rows} of the training splits, {rung: validation rows}, --val-limit a rung), rungs 2 to top_rung."""
     train = {s[1]: P.load_problems(s[1]) for s in splits_for(cfg)}
-    val = [p for s in splits_for(cfg) for p in P.load_problems(s[2])]
+    val = validation_rows(cfg)
     val_by_rung = {k: [p for p in val if p["level"] == k] for k in rungs_for(cfg)}
     return train, {k: rows[:cfg.val_limit] if cfg.val_limit else rows for k, rows in val_by_rung.items()}
 

@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import checkpoint  # noqa: E402
 import cli  # noqa: E402
 import model as M  # noqa: E402
-import problems as P  # noqa: E402
 import stats  # noqa: E402
 import torch  # noqa: E402
 import verify  # noqa: E402
@@ -78,7 +77,7 @@ def main(argv=None):
           "| plain | --merge-zero |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for run, ccfg in zip(map(Path, cfg.runs), configs):
-        rows = [p for s in C.splits_for(ccfg) for p in P.load_problems(s[2]) if p["level"] in cfg.rungs]
+        rows = [p for p in C.validation_rows(ccfg) if p["level"] in cfg.rungs]
         policy_dir, save = run / f"round_{cfg.round}", votes_dir(Path(cfg.save), run, cfg.round, cfg.rungs)
         tokenizer = checkpoint.load_tokenizer(policy_dir)
         _, sampler = R.load_policy(policy_dir, cfg.device or M.default_device())
